@@ -1,0 +1,171 @@
+//! Constant tensor data (initializers, tensor attributes).
+
+use std::sync::Arc;
+
+use crate::DataType;
+
+/// An immutable dense tensor: element type, dims and little-endian bytes.
+///
+/// The bytes are shared (`Arc`), so cloning is cheap.
+#[derive(Clone, PartialEq)]
+pub struct TensorData {
+    /// Element type.
+    pub dtype: DataType,
+    /// Dimensions; empty for a scalar.
+    pub dims: Vec<i64>,
+    /// Raw little-endian element bytes, `numel * size_in_bytes` long for fixed-size types.
+    pub bytes: Arc<[u8]>,
+}
+
+impl std::fmt::Debug for TensorData {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TensorData")
+            .field("dtype", &self.dtype)
+            .field("dims", &self.dims)
+            .field("bytes", &self.bytes.len())
+            .finish()
+    }
+}
+
+impl TensorData {
+    /// A tensor from raw bytes; fails when the byte count disagrees with dtype and dims.
+    pub fn new(
+        dtype: DataType,
+        dims: Vec<i64>,
+        bytes: impl Into<Arc<[u8]>>,
+    ) -> Result<Self, String> {
+        let bytes = bytes.into();
+        let t = TensorData { dtype, dims, bytes };
+        if t.dims.iter().any(|&d| d < 0) {
+            return Err(format!("tensor has a negative dim: {:?}", t.dims));
+        }
+        if let Some(size) = dtype.size_in_bytes() {
+            let expected = t.numel().checked_mul(size as u64);
+            if expected != Some(t.bytes.len() as u64) {
+                return Err(format!(
+                    "tensor of {dtype} {:?} needs {:?} bytes, has {}",
+                    t.dims,
+                    expected,
+                    t.bytes.len()
+                ));
+            }
+        }
+        Ok(t)
+    }
+
+    /// A tensor of little-endian `i64` values.
+    pub fn from_i64(dims: Vec<i64>, values: &[i64]) -> Self {
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        TensorData {
+            dtype: DataType::Int64,
+            dims,
+            bytes: bytes.into(),
+        }
+    }
+
+    /// A tensor of little-endian `f32` values.
+    pub fn from_f32(dims: Vec<i64>, values: &[f32]) -> Self {
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        TensorData {
+            dtype: DataType::Float,
+            dims,
+            bytes: bytes.into(),
+        }
+    }
+
+    /// Number of elements (1 for a scalar), saturating on overflow.
+    pub fn numel(&self) -> u64 {
+        self.dims
+            .iter()
+            .try_fold(1u64, |acc, &d| acc.checked_mul(d.max(0) as u64))
+            .unwrap_or(u64::MAX)
+    }
+
+    /// The values as `i64`, for integer (and bool) tensors; `None` for other types.
+    pub fn to_i64_vec(&self) -> Option<Vec<i64>> {
+        let b = &self.bytes;
+        Some(match self.dtype {
+            DataType::Int64 => b
+                .chunks_exact(8)
+                .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+                .collect(),
+            DataType::Int32 => b
+                .chunks_exact(4)
+                .map(|c| i32::from_le_bytes(c.try_into().unwrap()) as i64)
+                .collect(),
+            DataType::Uint32 => b
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes(c.try_into().unwrap()) as i64)
+                .collect(),
+            DataType::Int16 => b
+                .chunks_exact(2)
+                .map(|c| i16::from_le_bytes(c.try_into().unwrap()) as i64)
+                .collect(),
+            DataType::Uint16 => b
+                .chunks_exact(2)
+                .map(|c| u16::from_le_bytes(c.try_into().unwrap()) as i64)
+                .collect(),
+            DataType::Int8 => b.iter().map(|&v| v as i8 as i64).collect(),
+            DataType::Uint8 | DataType::Bool => b.iter().map(|&v| v as i64).collect(),
+            _ => return None,
+        })
+    }
+
+    /// The values as `f64`, for float and integer tensors; `None` for other types.
+    pub fn to_f64_vec(&self) -> Option<Vec<f64>> {
+        let b = &self.bytes;
+        Some(match self.dtype {
+            DataType::Float => b
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64)
+                .collect(),
+            DataType::Double => b
+                .chunks_exact(8)
+                .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+                .collect(),
+            DataType::Float16 => b
+                .chunks_exact(2)
+                .map(|c| f16_to_f64(u16::from_le_bytes([c[0], c[1]])))
+                .collect(),
+            DataType::BFloat16 => b
+                .chunks_exact(2)
+                .map(|c| f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16) as f64)
+                .collect(),
+            _ => self.to_i64_vec()?.into_iter().map(|v| v as f64).collect(),
+        })
+    }
+}
+
+fn f16_to_f64(h: u16) -> f64 {
+    let sign = if h & 0x8000 != 0 { -1.0 } else { 1.0 };
+    let exp = ((h >> 10) & 0x1f) as i32;
+    let frac = (h & 0x3ff) as f64;
+    match exp {
+        0 => sign * frac * 2f64.powi(-24),
+        31 if frac == 0.0 => sign * f64::INFINITY,
+        31 => f64::NAN,
+        _ => sign * (1.0 + frac / 1024.0) * 2f64.powi(exp - 15),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_count_is_checked() {
+        assert!(TensorData::new(DataType::Float, vec![2, 2], vec![0u8; 16]).is_ok());
+        assert!(TensorData::new(DataType::Float, vec![2, 2], vec![0u8; 15]).is_err());
+        assert!(TensorData::new(DataType::Float, vec![-1], vec![]).is_err());
+    }
+
+    #[test]
+    fn value_views() {
+        let t = TensorData::from_i64(vec![3], &[1, -2, 3]);
+        assert_eq!(t.to_i64_vec().unwrap(), vec![1, -2, 3]);
+        assert_eq!(t.to_f64_vec().unwrap(), vec![1.0, -2.0, 3.0]);
+        let h = TensorData::new(DataType::Float16, vec![2], vec![0x00, 0x3c, 0x00, 0xc0]).unwrap();
+        assert_eq!(h.to_f64_vec().unwrap(), vec![1.0, -2.0]);
+        assert_eq!(TensorData::from_f32(vec![], &[1.5]).numel(), 1);
+    }
+}
