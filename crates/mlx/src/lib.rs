@@ -65,3 +65,11 @@ pub fn set_compile_enabled(enabled: bool) -> Result<()> {
         }
     })
 }
+
+/// Evaluates several arrays together (one graph walk, shared work computed once).
+#[track_caller]
+pub fn eval(arrays: &[&Array]) -> Result<()> {
+    let v = VectorArray::from_arrays(arrays);
+    // SAFETY: valid vector handle.
+    check(unsafe { mlx_sys::mlx_eval(v.raw) })
+}

@@ -73,6 +73,10 @@ unary! {
     exp => mlx_exp;
     /// Natural log.
     log => mlx_log;
+    /// log(1 + a).
+    log1p => mlx_log1p;
+    /// e^a - 1.
+    expm1 => mlx_expm1;
     /// Square root.
     sqrt => mlx_sqrt;
     /// 1/sqrt(a).
@@ -182,6 +186,8 @@ binary! {
     right_shift => mlx_right_shift;
     /// atan2(a, b).
     arctan2 => mlx_arctan2;
+    /// log(e^a + e^b).
+    logaddexp => mlx_logaddexp;
     /// Matrix product with NumPy broadcasting of batch dims.
     matmul => mlx_matmul;
 }

@@ -1,0 +1,62 @@
+//! ONNX element types as MLX dtypes.
+
+use mlx::Dtype;
+use onnx_ir::DataType;
+
+use crate::RuntimeError;
+
+/// The MLX dtype holding an ONNX element type, when MLX has one.
+pub fn to_mlx(t: DataType) -> Result<Dtype, RuntimeError> {
+    Ok(match t {
+        DataType::Float => Dtype::Float32,
+        DataType::Float16 => Dtype::Float16,
+        DataType::BFloat16 => Dtype::Bfloat16,
+        DataType::Double => Dtype::Float64,
+        DataType::Bool => Dtype::Bool,
+        DataType::Int8 => Dtype::Int8,
+        DataType::Int16 => Dtype::Int16,
+        DataType::Int32 => Dtype::Int32,
+        DataType::Int64 => Dtype::Int64,
+        DataType::Uint8 => Dtype::Uint8,
+        DataType::Uint16 => Dtype::Uint16,
+        DataType::Uint32 => Dtype::Uint32,
+        DataType::Uint64 => Dtype::Uint64,
+        other => return Err(RuntimeError(format!("MLX has no {other} dtype"))),
+    })
+}
+
+/// The ONNX element type of an MLX dtype.
+pub fn to_onnx(t: Dtype) -> Option<DataType> {
+    Some(match t {
+        Dtype::Float32 => DataType::Float,
+        Dtype::Float16 => DataType::Float16,
+        Dtype::Bfloat16 => DataType::BFloat16,
+        Dtype::Float64 => DataType::Double,
+        Dtype::Bool => DataType::Bool,
+        Dtype::Int8 => DataType::Int8,
+        Dtype::Int16 => DataType::Int16,
+        Dtype::Int32 => DataType::Int32,
+        Dtype::Int64 => DataType::Int64,
+        Dtype::Uint8 => DataType::Uint8,
+        Dtype::Uint16 => DataType::Uint16,
+        Dtype::Uint32 => DataType::Uint32,
+        Dtype::Uint64 => DataType::Uint64,
+        Dtype::Complex64 => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mapped_types_round_trip() {
+        for t in DataType::ALL {
+            if let Ok(d) = to_mlx(t) {
+                assert_eq!(to_onnx(d), Some(t));
+                assert_eq!(Some(d.size()), t.size_in_bytes());
+            }
+        }
+        assert!(to_mlx(DataType::String).is_err());
+    }
+}

@@ -1,0 +1,414 @@
+//! The step interpreter: one match arm per MLX primitive a plan step names.
+
+use mlx::{Array, Dtype, Stream, fast, ops};
+use plan::{ArgReduceOp, BinaryOp, HostReader, ReduceOp, Slot, Step, UnaryOp};
+
+use crate::RuntimeError;
+use crate::dtype::to_mlx;
+
+/// The arrays bound to a plan's slots during one run.
+pub(crate) struct Slots {
+    values: Vec<Option<Array>>,
+}
+
+fn err(e: impl std::fmt::Display) -> RuntimeError {
+    RuntimeError(e.to_string())
+}
+
+fn shape_i64(a: &Array) -> Vec<i64> {
+    a.shape().into_iter().map(i64::from).collect()
+}
+
+fn to_i32s(v: &[i64], what: &str) -> Result<Vec<i32>, RuntimeError> {
+    v.iter()
+        .map(|&x| {
+            i32::try_from(x)
+                .map_err(|_| RuntimeError(format!("{what} value {x} does not fit in int32")))
+        })
+        .collect()
+}
+
+impl Slots {
+    /// Empty slots for a plan with `n` of them.
+    pub(crate) fn new(n: usize) -> Slots {
+        Slots {
+            values: (0..n).map(|_| None).collect(),
+        }
+    }
+
+    /// Binds an array to a slot.
+    pub(crate) fn set(&mut self, slot: Slot, value: Array) {
+        self.values[slot.index()] = Some(value);
+    }
+
+    /// The array bound to a slot.
+    pub(crate) fn get(&self, slot: Slot) -> Result<&Array, RuntimeError> {
+        self.values
+            .get(slot.index())
+            .and_then(Option::as_ref)
+            .ok_or_else(|| RuntimeError(format!("slot {slot:?} read before it was written")))
+    }
+
+    /// Drops a slot's array (after its last use, so MLX may reuse its buffer).
+    pub(crate) fn clear(&mut self, slot: Slot) {
+        if let Some(v) = self.values.get_mut(slot.index()) {
+            *v = None;
+        }
+    }
+}
+
+/// Reads small tensors back to the host for steps whose arguments depend on values.
+struct Host<'a> {
+    slots: &'a Slots,
+}
+
+impl Host<'_> {
+    fn values<T: mlx::Element>(&self, slot: Slot, dtype: Dtype) -> Result<Vec<T>, String> {
+        let a = self.slots.get(slot).map_err(|e| e.0)?;
+        // Host reads run on the CPU stream whatever the plan's device.
+        let cpu = Stream::default_cpu();
+        let a = if a.dtype() == dtype {
+            a.clone()
+        } else {
+            ops::astype(a, dtype, &cpu).map_err(|e| e.to_string())?
+        };
+        a.to_vec::<T>().map_err(|e| e.to_string())
+    }
+}
+
+impl HostReader for Host<'_> {
+    fn ints(&mut self, slot: Slot) -> Result<Vec<i64>, String> {
+        self.values::<i64>(slot, Dtype::Int64)
+    }
+
+    fn floats(&mut self, slot: Slot) -> Result<Vec<f64>, String> {
+        self.values::<f64>(slot, Dtype::Float64)
+    }
+}
+
+fn unary(op: UnaryOp, x: &Array, s: &Stream) -> mlx::Result<Array> {
+    use UnaryOp::*;
+    match op {
+        Abs => ops::abs(x, s),
+        Negative => ops::negative(x, s),
+        Exp => ops::exp(x, s),
+        Log => ops::log(x, s),
+        Log1p => ops::log1p(x, s),
+        Expm1 => ops::expm1(x, s),
+        Sqrt => ops::sqrt(x, s),
+        Rsqrt => ops::rsqrt(x, s),
+        Square => ops::square(x, s),
+        Reciprocal => ops::reciprocal(x, s),
+        Erf => ops::erf(x, s),
+        Tanh => ops::tanh(x, s),
+        Sigmoid => ops::sigmoid(x, s),
+        Sin => ops::sin(x, s),
+        Cos => ops::cos(x, s),
+        Tan => ops::tan(x, s),
+        Asin => ops::arcsin(x, s),
+        Acos => ops::arccos(x, s),
+        Atan => ops::arctan(x, s),
+        Sinh => ops::sinh(x, s),
+        Cosh => ops::cosh(x, s),
+        Asinh => ops::arcsinh(x, s),
+        Acosh => ops::arccosh(x, s),
+        Atanh => ops::arctanh(x, s),
+        Floor => ops::floor(x, s),
+        Ceil => ops::ceil(x, s),
+        Round => ops::round(x, 0, s),
+        Sign => ops::sign(x, s),
+        LogicalNot => ops::logical_not(x, s),
+        BitwiseInvert => ops::bitwise_invert(x, s),
+        IsNan => ops::isnan(x, s),
+        IsInf => ops::isinf(x, s),
+        IsPosInf => ops::isposinf(x, s),
+        IsNegInf => ops::isneginf(x, s),
+    }
+}
+
+fn binary(op: BinaryOp, a: &Array, b: &Array, s: &Stream) -> mlx::Result<Array> {
+    use BinaryOp::*;
+    match op {
+        Add => ops::add(a, b, s),
+        Subtract => ops::subtract(a, b, s),
+        Multiply => ops::multiply(a, b, s),
+        Divide => ops::divide(a, b, s),
+        FloorDivide => ops::floor_divide(a, b, s),
+        Remainder => ops::remainder(a, b, s),
+        Power => ops::power(a, b, s),
+        Maximum => ops::maximum(a, b, s),
+        Minimum => ops::minimum(a, b, s),
+        Equal => ops::equal(a, b, s),
+        NotEqual => ops::not_equal(a, b, s),
+        Less => ops::less(a, b, s),
+        LessEqual => ops::less_equal(a, b, s),
+        Greater => ops::greater(a, b, s),
+        GreaterEqual => ops::greater_equal(a, b, s),
+        LogicalAnd => ops::logical_and(a, b, s),
+        LogicalOr => ops::logical_or(a, b, s),
+        BitwiseAnd => ops::bitwise_and(a, b, s),
+        BitwiseOr => ops::bitwise_or(a, b, s),
+        BitwiseXor => ops::bitwise_xor(a, b, s),
+        LeftShift => ops::left_shift(a, b, s),
+        RightShift => ops::right_shift(a, b, s),
+        Atan2 => ops::arctan2(a, b, s),
+        LogAddExp => ops::logaddexp(a, b, s),
+    }
+}
+
+fn reduce(op: ReduceOp, x: &Array, axes: &[i32], keepdims: bool, s: &Stream) -> mlx::Result<Array> {
+    use ReduceOp::*;
+    match op {
+        Sum => ops::sum_axes(x, axes, keepdims, s),
+        Mean => ops::mean_axes(x, axes, keepdims, s),
+        Max => ops::max_axes(x, axes, keepdims, s),
+        Min => ops::min_axes(x, axes, keepdims, s),
+        Prod => ops::prod_axes(x, axes, keepdims, s),
+        LogSumExp => ops::logsumexp_axes(x, axes, keepdims, s),
+        All => ops::all_axes(x, axes, keepdims, s),
+        Any => ops::any_axes(x, axes, keepdims, s),
+    }
+}
+
+/// Executes one step, writing its outputs into `slots`.
+pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), RuntimeError> {
+    use Step::*;
+    let out_value = match step {
+        Unary { op, x, .. } => unary(*op, slots.get(*x)?, s).map_err(err)?,
+        Binary { op, a, b, .. } => binary(*op, slots.get(*a)?, slots.get(*b)?, s).map_err(err)?,
+        Where { cond, x, y, .. } => {
+            ops::where_(slots.get(*cond)?, slots.get(*x)?, slots.get(*y)?, s).map_err(err)?
+        }
+        AsType { x, dtype, .. } => ops::astype(slots.get(*x)?, to_mlx(*dtype)?, s).map_err(err)?,
+        MatMul { a, b, .. } => ops::matmul(slots.get(*a)?, slots.get(*b)?, s).map_err(err)?,
+        Addmm {
+            c,
+            a,
+            b,
+            alpha,
+            beta,
+            ..
+        } => ops::addmm(
+            slots.get(*c)?,
+            slots.get(*a)?,
+            slots.get(*b)?,
+            *alpha,
+            *beta,
+            s,
+        )
+        .map_err(err)?,
+        Reshape { x, target, .. } => {
+            let xa = slots.get(*x)?;
+            let like = match target {
+                plan::ReshapeTarget::Like(l) => Some(shape_i64(slots.get(*l)?)),
+                _ => None,
+            };
+            let shape = target
+                .resolve(&shape_i64(xa), like.as_deref(), &mut Host { slots })
+                .map_err(err)?;
+            ops::reshape(slots.get(*x)?, &shape, s).map_err(err)?
+        }
+        Transpose { x, perm, .. } => {
+            let xa = slots.get(*x)?;
+            let perm: Vec<i32> = match perm {
+                Some(p) => p.clone(),
+                None => (0..xa.ndim() as i32).rev().collect(),
+            };
+            ops::transpose_axes(xa, &perm, s).map_err(err)?
+        }
+        Expand { x, shape, .. } => {
+            let target = shape.get(&mut Host { slots }).map_err(err)?;
+            let xa = slots.get(*x)?;
+            let out_shape = plan::step::expand_shape(&shape_i64(xa), &target).map_err(err)?;
+            ops::broadcast_to(xa, &out_shape, s).map_err(err)?
+        }
+        Concat { inputs, axis, .. } => {
+            let arrays = inputs
+                .iter()
+                .map(|i| slots.get(*i))
+                .collect::<Result<Vec<_>, _>>()?;
+            ops::concatenate(&arrays, *axis, s).map_err(err)?
+        }
+        Slice { x, spec, .. } => {
+            let shape = shape_i64(slots.get(*x)?);
+            let b = spec.resolve(&shape, &mut Host { slots }).map_err(err)?;
+            ops::slice(slots.get(*x)?, &b.start, &b.stop, &b.strides, s).map_err(err)?
+        }
+        Take {
+            x, indices, axis, ..
+        } => ops::take_axis(slots.get(*x)?, slots.get(*indices)?, *axis, s).map_err(err)?,
+        TakeAlongAxis {
+            x, indices, axis, ..
+        } => ops::take_along_axis(slots.get(*x)?, slots.get(*indices)?, *axis, s).map_err(err)?,
+        Softmax {
+            x, axes, precise, ..
+        } => ops::softmax_axes(slots.get(*x)?, axes, *precise, s).map_err(err)?,
+        LayerNorm {
+            x,
+            weight,
+            bias,
+            eps,
+            ..
+        } => {
+            let w = weight.map(|w| slots.get(w)).transpose()?;
+            let b = bias.map(|b| slots.get(b)).transpose()?;
+            fast::layer_norm(slots.get(*x)?, w, b, *eps, s).map_err(err)?
+        }
+        RmsNorm { x, weight, eps, .. } => {
+            let w = weight.map(|w| slots.get(w)).transpose()?;
+            fast::rms_norm(slots.get(*x)?, w, *eps, s).map_err(err)?
+        }
+        Reduce {
+            op,
+            x,
+            axes,
+            keepdims,
+            ..
+        } => {
+            let rank = slots.get(*x)?.ndim();
+            match axes.resolve(rank, &mut Host { slots }).map_err(err)? {
+                None => slots.get(*x)?.clone(),
+                Some(axes) => reduce(*op, slots.get(*x)?, &axes, *keepdims, s).map_err(err)?,
+            }
+        }
+        ArgReduce {
+            op,
+            x,
+            axis,
+            keepdims,
+            ..
+        } => match op {
+            ArgReduceOp::ArgMax => {
+                ops::argmax_axis(slots.get(*x)?, *axis, *keepdims, s).map_err(err)?
+            }
+            ArgReduceOp::ArgMin => {
+                ops::argmin_axis(slots.get(*x)?, *axis, *keepdims, s).map_err(err)?
+            }
+        },
+        Conv { x, w, spec, .. } => {
+            let xa = slots.get(*x)?;
+            let a = spec.resolve(&shape_i64(xa)).map_err(err)?;
+            let params = ops::ConvParams {
+                stride: a.stride,
+                padding_lo: a.padding_lo,
+                padding_hi: a.padding_hi,
+                kernel_dilation: a.kernel_dilation,
+                input_dilation: a.input_dilation,
+                groups: a.groups,
+                flip: false,
+            };
+            ops::conv_general(xa, slots.get(*w)?, &params, s).map_err(err)?
+        }
+        Pad { x, pads, value, .. } => {
+            let shape = shape_i64(slots.get(*x)?);
+            let a = pads.resolve(&shape, &mut Host { slots }).map_err(err)?;
+            ops::pad(
+                slots.get(*x)?,
+                &a.axes,
+                &a.lo,
+                &a.hi,
+                slots.get(*value)?,
+                "constant",
+                s,
+            )
+            .map_err(err)?
+        }
+        Windows { x, spec, .. } => {
+            let xa = slots.get(*x)?;
+            let a = spec.resolve(&shape_i64(xa)).map_err(err)?;
+            let xc = ops::contiguous(xa, false, s).map_err(err)?;
+            ops::as_strided(&xc, &a.shape, &a.strides, a.offset, s).map_err(err)?
+        }
+        PoolDivisor { x, spec, dtype, .. } => {
+            let (shape, data) = spec.divisor(&shape_i64(slots.get(*x)?)).map_err(err)?;
+            let d = Array::from_slice(&data, &shape).map_err(err)?;
+            ops::astype(&d, to_mlx(*dtype)?, s).map_err(err)?
+        }
+        ResizeNearest { x, spec, .. } => {
+            let shape = shape_i64(slots.get(*x)?);
+            let gathers = spec.resolve(&shape, &mut Host { slots }).map_err(err)?;
+            let mut cur = slots.get(*x)?.clone();
+            for (axis, idx) in gathers {
+                let n = idx.len() as i32;
+                let idx = Array::from_slice(&idx, &[n]).map_err(err)?;
+                cur = ops::take_axis(&cur, &idx, axis, s).map_err(err)?;
+            }
+            cur
+        }
+        Shape { x, start, end, .. } => {
+            let shape = shape_i64(slots.get(*x)?);
+            let range = plan::step::shape_range(shape.len(), *start, *end);
+            let dims: Vec<i64> = shape[range].to_vec();
+            Array::from_slice(&dims, &[dims.len() as i32]).map_err(err)?
+        }
+        Full {
+            shape,
+            value,
+            dtype,
+            ..
+        } => {
+            let dims = shape.get(&mut Host { slots }).map_err(err)?;
+            let dims = plan::step::full_shape(&dims).map_err(err)?;
+            ops::full(&dims, slots.get(*value)?, to_mlx(*dtype)?, s).map_err(err)?
+        }
+        Arange {
+            start,
+            limit,
+            delta,
+            dtype,
+            ..
+        } => {
+            let mut host = Host { slots };
+            let scalar = |v: Vec<f64>, what: &str| {
+                v.first()
+                    .copied()
+                    .ok_or_else(|| RuntimeError(format!("Range {what} is empty")))
+            };
+            let st = scalar(start.get(&mut host).map_err(err)?, "start")?;
+            let li = scalar(limit.get(&mut host).map_err(err)?, "limit")?;
+            let de = scalar(delta.get(&mut host).map_err(err)?, "delta")?;
+            if de == 0.0 {
+                return Err(RuntimeError("Range delta is 0".into()));
+            }
+            ops::arange(st, li, de, to_mlx(*dtype)?, s).map_err(err)?
+        }
+        Split {
+            x,
+            axis,
+            sizes,
+            outs,
+        } => {
+            let shape = shape_i64(slots.get(*x)?);
+            let ax = plan::step::normalize_axis(*axis as i64, shape.len()).map_err(err)?;
+            let sizes = sizes
+                .as_ref()
+                .map(|z| z.get(&mut Host { slots }))
+                .transpose()
+                .map_err(err)?;
+            let points =
+                plan::step::split_points(shape[ax], outs.len(), sizes.as_deref()).map_err(err)?;
+            let parts = ops::split_sections(slots.get(*x)?, &points, ax as i32, s).map_err(err)?;
+            if parts.len() != outs.len() {
+                return Err(RuntimeError(format!(
+                    "Split made {} parts for {} outputs",
+                    parts.len(),
+                    outs.len()
+                )));
+            }
+            for (slot, part) in outs.iter().zip(parts) {
+                slots.set(*slot, part);
+            }
+            return Ok(());
+        }
+        Tile { x, reps, .. } => {
+            let reps = reps.get(&mut Host { slots }).map_err(err)?;
+            ops::tile(slots.get(*x)?, &to_i32s(&reps, "Tile repeats")?, s).map_err(err)?
+        }
+    };
+    let outs = step.outputs();
+    let out = outs
+        .first()
+        .ok_or_else(|| RuntimeError("step without output".into()))?;
+    slots.set(*out, out_value);
+    Ok(())
+}

@@ -1,0 +1,260 @@
+//! Plans of small graphs executed on MLX, checked against values computed here.
+
+use onnx_ir::{Attribute, DataType, Dim, Graph, Node, TensorData, ValueInfo};
+use runtime::{Executable, InputTensor, RuntimeOptions};
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn f32s(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+fn graph(inputs: Vec<ValueInfo>, outputs: Vec<ValueInfo>, nodes: Vec<Node>) -> Graph {
+    let mut g = Graph {
+        inputs,
+        outputs,
+        nodes,
+        ..Graph::default()
+    };
+    g.opset_imports.insert(String::new(), 17);
+    // Intermediate values are float32 here, as ORT's type inference would report them.
+    for n in &g.nodes {
+        for o in &n.outputs {
+            let info = ValueInfo { name: o.clone(), dtype: Some(DataType::Float), shape: None };
+            g.value_info.insert(o.clone(), info);
+        }
+    }
+    g
+}
+
+fn executable(g: &Graph) -> Executable {
+    let plan = plan::build_plan(g, &plan::Registry::default()).expect("plan");
+    Executable::new(plan, &RuntimeOptions::default()).expect("executable")
+}
+
+fn fixed(dims: &[i64]) -> Vec<Dim> {
+    dims.iter().map(|&d| Dim::Fixed(d)).collect()
+}
+
+#[test]
+fn matmul_add_relu_matches_host_math() {
+    let mut g = graph(
+        vec![ValueInfo::new(
+            "x",
+            DataType::Float,
+            vec![Dim::Symbolic("n".into()), Dim::Fixed(3)],
+        )],
+        vec![ValueInfo::new(
+            "y",
+            DataType::Float,
+            vec![Dim::Symbolic("n".into()), Dim::Fixed(2)],
+        )],
+        vec![
+            Node::new("MatMul", ["x", "w"], ["xw"]),
+            Node::new("Add", ["xw", "b"], ["z"]),
+            Node::new("Relu", ["z"], ["y"]),
+        ],
+    );
+    let w = [1.0f32, -1.0, 0.5, 2.0, -0.25, 0.0];
+    let b = [0.1f32, -0.2];
+    g.initializers
+        .insert("w".into(), TensorData::from_f32(vec![3, 2], &w));
+    g.initializers
+        .insert("b".into(), TensorData::from_f32(vec![2], &b));
+    let exe = executable(&g);
+    for n in [1usize, 4] {
+        let x: Vec<f32> = (0..n * 3).map(|i| i as f32 * 0.5 - 1.0).collect();
+        let dims = [n as i64, 3];
+        let bytes = f32_bytes(&x);
+        let out = exe
+            .run(&[InputTensor {
+                dtype: DataType::Float,
+                dims: &dims,
+                data: &bytes,
+            }])
+            .unwrap();
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].dims, vec![n as i64, 2]);
+        assert_eq!(out[0].dtype, DataType::Float);
+        let got = f32s(out[0].data());
+        for r in 0..n {
+            for c in 0..2 {
+                let z: f32 = (0..3).map(|k| x[r * 3 + k] * w[k * 2 + c]).sum::<f32>() + b[c];
+                assert!((got[r * 2 + c] - z.max(0.0)).abs() < 1e-6);
+            }
+        }
+    }
+}
+
+#[test]
+fn reshape_transpose_with_a_shape_input_read_at_run_time() {
+    let g = graph(
+        vec![
+            ValueInfo::new("x", DataType::Float, fixed(&[2, 3])),
+            ValueInfo::new("shape", DataType::Int64, fixed(&[2])),
+        ],
+        vec![ValueInfo::new(
+            "y",
+            DataType::Float,
+            vec![Dim::Unknown, Dim::Unknown],
+        )],
+        vec![
+            Node::new("Reshape", ["x", "shape"], ["r"]),
+            Node::new("Transpose", ["r"], ["y"]),
+        ],
+    );
+    let exe = executable(&g);
+    let x = f32_bytes(&[0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+    let shape: Vec<u8> = [3i64, -1].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let out = exe
+        .run(&[
+            InputTensor {
+                dtype: DataType::Float,
+                dims: &[2, 3],
+                data: &x,
+            },
+            InputTensor {
+                dtype: DataType::Int64,
+                dims: &[2],
+                data: &shape,
+            },
+        ])
+        .unwrap();
+    assert_eq!(out[0].dims, vec![2, 3]);
+    assert_eq!(f32s(out[0].data()), vec![0.0, 2.0, 4.0, 1.0, 3.0, 5.0]);
+}
+
+#[test]
+fn softmax_and_gather_with_negative_indices() {
+    let mut g = graph(
+        vec![ValueInfo::new("x", DataType::Float, fixed(&[2, 3]))],
+        vec![ValueInfo::new("y", DataType::Float, fixed(&[2, 2]))],
+        vec![
+            Node::new("Softmax", ["x"], ["s"]).with_attr("axis", Attribute::Int(-1)),
+            Node::new("Gather", ["s", "idx"], ["y"]).with_attr("axis", Attribute::Int(1)),
+        ],
+    );
+    g.initializers
+        .insert("idx".into(), TensorData::from_i64(vec![2], &[-1, 0]));
+    let exe = executable(&g);
+    let x = [1.0f32, 2.0, 3.0, 0.0, 0.0, 0.0];
+    let out = exe
+        .run(&[InputTensor {
+            dtype: DataType::Float,
+            dims: &[2, 3],
+            data: &f32_bytes(&x),
+        }])
+        .unwrap();
+    let got = f32s(out[0].data());
+    let e: Vec<f32> = [1.0f32, 2.0, 3.0].iter().map(|v| v.exp()).collect();
+    let sum: f32 = e.iter().sum();
+    let want = [e[2] / sum, e[0] / sum, 1.0 / 3.0, 1.0 / 3.0];
+    assert!(
+        got.iter().zip(&want).all(|(a, b)| (a - b).abs() < 1e-6),
+        "{got:?} vs {want:?}"
+    );
+}
+
+#[test]
+fn a_wrong_input_dtype_is_an_error_and_the_next_run_works() {
+    let g = graph(
+        vec![ValueInfo::new("x", DataType::Float, fixed(&[2]))],
+        vec![ValueInfo::new("y", DataType::Float, fixed(&[2]))],
+        vec![Node::new("Relu", ["x"], ["y"])],
+    );
+    let exe = executable(&g);
+    let ints: Vec<u8> = [1i64, 2].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let err = exe
+        .run(&[InputTensor {
+            dtype: DataType::Int64,
+            dims: &[2],
+            data: &ints,
+        }])
+        .err()
+        .unwrap();
+    assert!(err.0.contains("int64"), "{err}");
+    let ok = exe
+        .run(&[InputTensor {
+            dtype: DataType::Float,
+            dims: &[2],
+            data: &f32_bytes(&[-1.0, 2.0]),
+        }])
+        .unwrap();
+    assert_eq!(f32s(ok[0].data()), vec![0.0, 2.0]);
+}
+
+#[test]
+fn a_run_from_a_second_thread_is_refused_with_a_clear_error() {
+    let g = graph(
+        vec![ValueInfo::new("x", DataType::Float, fixed(&[1]))],
+        vec![ValueInfo::new("y", DataType::Float, fixed(&[1]))],
+        vec![Node::new("Relu", ["x"], ["y"])],
+    );
+    let exe = std::sync::Arc::new(executable(&g));
+    let x = f32_bytes(&[1.0]);
+    exe.run(&[InputTensor {
+        dtype: DataType::Float,
+        dims: &[1],
+        data: &x,
+    }])
+    .unwrap();
+    let other = exe.clone();
+    let err = std::thread::spawn(move || {
+        let x = f32_bytes(&[1.0]);
+        other
+            .run(&[InputTensor {
+                dtype: DataType::Float,
+                dims: &[1],
+                data: &x,
+            }])
+            .err()
+    })
+    .join()
+    .unwrap()
+    .expect("foreign thread refused");
+    assert!(err.0.contains("thread"), "{err}");
+}
+
+#[test]
+fn identical_initializers_are_shared_between_executables() {
+    let mut g = graph(
+        vec![ValueInfo::new("x", DataType::Float, fixed(&[1024]))],
+        vec![ValueInfo::new("y", DataType::Float, fixed(&[1024]))],
+        vec![Node::new("Add", ["x", "w"], ["y"])],
+    );
+    let w: Vec<f32> = (0..1024).map(|i| i as f32 * 0.001 + 0.123).collect();
+    g.initializers
+        .insert("w".into(), TensorData::from_f32(vec![1024], &w));
+    let pool = initializer_pool::InitializerPool::<mlx::FrozenArray>::global();
+    let before = pool.stats();
+    let a = executable(&g);
+    let b = executable(&g);
+    let after = pool.stats();
+    if initializer_pool::sharing_enabled_by_env() {
+        assert!(
+            after.hits > before.hits,
+            "second executable reused the first one's constant"
+        );
+    }
+    let x = f32_bytes(&vec![1.0; 1024]);
+    let ra = a
+        .run(&[InputTensor {
+            dtype: DataType::Float,
+            dims: &[1024],
+            data: &x,
+        }])
+        .unwrap();
+    let rb = b
+        .run(&[InputTensor {
+            dtype: DataType::Float,
+            dims: &[1024],
+            data: &x,
+        }])
+        .unwrap();
+    assert_eq!(ra[0].data(), rb[0].data());
+    assert!((f32s(ra[0].data())[10] - (1.0 + w[10])).abs() < 1e-6);
+}
