@@ -346,16 +346,35 @@ pub fn softmax_axes(a: &Array, axes: &[i32], precise: bool, s: &Stream) -> Resul
     ))
 }
 
-/// Cumulative sum along an axis.
+/// Cumulative sum along an axis, accumulated and returned as `dtype` (or the input's type).
 #[track_caller]
-pub fn cumsum(a: &Array, axis: i32, reverse: bool, inclusive: bool, s: &Stream) -> Result<Array> {
-    let no_dtype = sys::mlx_optional_dtype {
-        value: sys::MLX_FLOAT32,
-        has_value: false,
+pub fn cumsum(
+    a: &Array,
+    axis: i32,
+    reverse: bool,
+    inclusive: bool,
+    dtype: Option<Dtype>,
+    s: &Stream,
+) -> Result<Array> {
+    let dtype = sys::mlx_optional_dtype {
+        value: dtype.map_or(sys::MLX_FLOAT32, Dtype::to_raw),
+        has_value: dtype.is_some(),
     };
     call!(mlx_cumsum_axis(
-        a.raw, axis, reverse, inclusive, no_dtype, s.raw
+        a.raw, axis, reverse, inclusive, dtype, s.raw
     ))
+}
+
+/// Lower triangle: zeroes elements above diagonal `k` of the last two axes.
+#[track_caller]
+pub fn tril(a: &Array, k: i32, s: &Stream) -> Result<Array> {
+    call!(mlx_tril(a.raw, k, s.raw))
+}
+
+/// Upper triangle: zeroes elements below diagonal `k` of the last two axes.
+#[track_caller]
+pub fn triu(a: &Array, k: i32, s: &Stream) -> Result<Array> {
+    call!(mlx_triu(a.raw, k, s.raw))
 }
 
 /// Round to `decimals` places (half to even).

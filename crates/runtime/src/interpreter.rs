@@ -400,6 +400,28 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
             }
             return Ok(());
         }
+        CumSum {
+            x,
+            axis,
+            reverse,
+            inclusive,
+            dtype,
+            ..
+        } => ops::cumsum(
+            slots.get(*x)?,
+            *axis,
+            *reverse,
+            *inclusive,
+            Some(to_mlx(*dtype)?),
+            s,
+        )
+        .map_err(err)?,
+        Triangle {
+            x, upper: true, k, ..
+        } => ops::triu(slots.get(*x)?, *k, s).map_err(err)?,
+        Triangle {
+            x, upper: false, k, ..
+        } => ops::tril(slots.get(*x)?, *k, s).map_err(err)?,
         Tile { x, reps, .. } => {
             let reps = reps.get(&mut Host { slots }).map_err(err)?;
             ops::tile(slots.get(*x)?, &to_i32s(&reps, "Tile repeats")?, s).map_err(err)?

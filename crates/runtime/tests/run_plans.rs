@@ -24,7 +24,11 @@ fn graph(inputs: Vec<ValueInfo>, outputs: Vec<ValueInfo>, nodes: Vec<Node>) -> G
     // Intermediate values are float32 here, as ORT's type inference would report them.
     for n in &g.nodes {
         for o in &n.outputs {
-            let info = ValueInfo { name: o.clone(), dtype: Some(DataType::Float), shape: None };
+            let info = ValueInfo {
+                name: o.clone(),
+                dtype: Some(DataType::Float),
+                shape: None,
+            };
             g.value_info.insert(o.clone(), info);
         }
     }

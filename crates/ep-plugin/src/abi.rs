@@ -1,0 +1,515 @@
+//! The plugin-EP ABI structs of ONNX Runtime 1.23 (`onnxruntime_ep_c_api.h`).
+//!
+//! `ort-sys` declares these types opaque, so they are defined here, member for member in the
+//! order of ORT 1.23's header (each member's `\since` comment there says 1.22 or 1.23). ORT
+//! reads only the members that existed at the version an implementation declares in
+//! `ort_version_supported`, so these structs must end exactly where 1.23's do: declaring a
+//! higher version with these shapes makes ORT read past the end (measured: segfault on 1.31).
+//!
+//! Function pointers that ORT treats as optional (it checks them for null before calling) are
+//! `Option`s; the rest are plain function pointers so they can't be left null by mistake.
+//! Layouts are pinned by the tests at the bottom of this file.
+
+#![allow(non_snake_case)]
+
+use std::ffi::{c_char, c_int, c_void};
+
+use ort_sys::{
+    OrtAllocator, OrtDeviceMemoryType, OrtEpDevice, OrtGraph, OrtHardwareDevice, OrtKernelContext,
+    OrtKeyValuePairs, OrtLogger, OrtMemoryInfo, OrtMemoryInfoDeviceType, OrtNode, OrtRunOptions,
+    OrtSessionOptions, OrtStatus, OrtSyncStream, OrtValue,
+};
+
+/// The ORT API version whose struct shapes this crate implements; every struct declares it in
+/// `ort_version_supported`, and it is the version of `OrtApi` requested from the host.
+pub const ORT_ABI_VERSION: u32 = 23;
+
+const _: () = assert!(ort_sys::ORT_API_VERSION == ORT_ABI_VERSION);
+
+/// A status pointer as ORT's C API returns it (null means success).
+pub type StatusPtr = *mut OrtStatus;
+
+/// `OrtCompiledModelCompatibility` (an `int`-sized C enum).
+pub type OrtCompiledModelCompatibility = c_int;
+
+/// `OrtEpDataLayout` (an `int`-sized C enum): 0 = NCHW, 1 = NHWC.
+pub type OrtEpDataLayout = c_int;
+
+macro_rules! opaque {
+    ($($(#[$doc:meta])* $name:ident;)*) => {$(
+        $(#[$doc])*
+        #[repr(C)]
+        pub struct $name {
+            _private: [u8; 0],
+        }
+    )*};
+}
+
+opaque! {
+    /// Opaque: the set of nodes an EP claims in `GetCapability`.
+    OrtEpGraphSupportInfo;
+    /// Opaque: wraps `onnxruntime::OrtDevice`.
+    OrtMemoryDevice;
+    /// Opaque: context handed to `OrtNodeComputeInfo::CreateState`.
+    OrtNodeComputeContext;
+}
+
+/// `OrtDataTransferImpl` (since 1.23): device copies an EP provides.
+#[repr(C)]
+pub struct OrtDataTransferImpl {
+    /// ORT API version the implementation was built for.
+    pub ort_version_supported: u32,
+    /// Releases the instance.
+    pub Release: unsafe extern "system" fn(this_ptr: *mut OrtDataTransferImpl),
+    /// Whether this implementation copies between the two devices.
+    pub CanCopy: unsafe extern "system" fn(
+        this_ptr: *const OrtDataTransferImpl,
+        src_memory_device: *const OrtMemoryDevice,
+        dst_memory_device: *const OrtMemoryDevice,
+    ) -> bool,
+    /// Copies `num_tensors` tensors.
+    pub CopyTensors: unsafe extern "system" fn(
+        this_ptr: *mut OrtDataTransferImpl,
+        src_tensors: *const *const OrtValue,
+        dst_tensors: *mut *mut OrtValue,
+        streams: *mut *mut OrtSyncStream,
+        num_tensors: usize,
+    ) -> StatusPtr,
+}
+
+/// `OrtSyncNotificationImpl` (since 1.23).
+#[repr(C)]
+pub struct OrtSyncNotificationImpl {
+    /// ORT API version the implementation was built for.
+    pub ort_version_supported: u32,
+    /// Releases the instance.
+    pub Release: unsafe extern "system" fn(this_ptr: *mut OrtSyncNotificationImpl),
+    /// Activates the notification.
+    pub Activate: unsafe extern "system" fn(this_ptr: *mut OrtSyncNotificationImpl) -> StatusPtr,
+    /// Device-side wait.
+    pub WaitOnDevice: unsafe extern "system" fn(
+        this_ptr: *mut OrtSyncNotificationImpl,
+        consumer_stream: *mut OrtSyncStream,
+    ) -> StatusPtr,
+    /// Host-side wait.
+    pub WaitOnHost: unsafe extern "system" fn(this_ptr: *mut OrtSyncNotificationImpl) -> StatusPtr,
+}
+
+/// `OrtSyncStreamImpl` (since 1.23).
+#[repr(C)]
+pub struct OrtSyncStreamImpl {
+    /// ORT API version the implementation was built for.
+    pub ort_version_supported: u32,
+    /// Releases the instance.
+    pub Release: unsafe extern "system" fn(this_ptr: *mut OrtSyncStreamImpl),
+    /// The native stream handle.
+    pub GetHandle: unsafe extern "system" fn(this_ptr: *mut OrtSyncStreamImpl) -> *mut c_void,
+    /// Creates a notification on the stream.
+    pub CreateNotification: unsafe extern "system" fn(
+        this_ptr: *mut OrtSyncStreamImpl,
+        notification: *mut *mut OrtSyncNotificationImpl,
+    ) -> StatusPtr,
+    /// Flushes the stream.
+    pub Flush: unsafe extern "system" fn(this_ptr: *mut OrtSyncStreamImpl) -> StatusPtr,
+    /// Called at the end of a session run.
+    pub OnSessionRunEnd: unsafe extern "system" fn(this_ptr: *mut OrtSyncStreamImpl) -> StatusPtr,
+}
+
+/// `OrtNodeFusionOptions` (since 1.23), passed to `EpGraphSupportInfo_AddNodesToFuse`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct OrtNodeFusionOptions {
+    /// ORT API version the caller was built for.
+    pub ort_version_supported: u32,
+    /// When true, ORT does not pass constant initializers to the fused node as inputs (the EP
+    /// keeps its own copy, read in `Compile`).
+    pub drop_constant_initializers: bool,
+}
+
+/// `OrtNodeComputeInfo` (since 1.23): the compute functions of one compiled fused node.
+#[repr(C)]
+pub struct OrtNodeComputeInfo {
+    /// ORT API version the implementation was built for.
+    pub ort_version_supported: u32,
+    /// Creates the per-node state passed to `Compute`.
+    pub CreateState: unsafe extern "system" fn(
+        this_ptr: *mut OrtNodeComputeInfo,
+        compute_context: *mut OrtNodeComputeContext,
+        compute_state: *mut *mut c_void,
+    ) -> StatusPtr,
+    /// Runs the fused node.
+    pub Compute: unsafe extern "system" fn(
+        this_ptr: *mut OrtNodeComputeInfo,
+        compute_state: *mut c_void,
+        kernel_context: *mut OrtKernelContext,
+    ) -> StatusPtr,
+    /// Releases the state from `CreateState`.
+    pub ReleaseState:
+        unsafe extern "system" fn(this_ptr: *mut OrtNodeComputeInfo, compute_state: *mut c_void),
+}
+
+/// `OrtEpApi` as of 1.23: functions ORT offers to EP implementations (`OrtApi::GetEpApi`).
+///
+/// Only the 1.22/1.23 prefix is declared; newer ORTs append members after it.
+#[repr(C)]
+pub struct OrtEpApi {
+    /// Creates an `OrtEpDevice` for a factory and a hardware device (1.22).
+    pub CreateEpDevice: unsafe extern "system" fn(
+        ep_factory: *mut OrtEpFactory,
+        hardware_device: *const OrtHardwareDevice,
+        ep_metadata: *const OrtKeyValuePairs,
+        ep_options: *const OrtKeyValuePairs,
+        ep_device: *mut *mut OrtEpDevice,
+    ) -> StatusPtr,
+    /// Releases an `OrtEpDevice` (1.22).
+    pub ReleaseEpDevice: unsafe extern "system" fn(input: *mut OrtEpDevice),
+    /// Claims a group of nodes to be fused into one compiled node (1.23).
+    pub EpGraphSupportInfo_AddNodesToFuse: unsafe extern "system" fn(
+        graph_support_info: *mut OrtEpGraphSupportInfo,
+        nodes: *const *const OrtNode,
+        num_nodes: usize,
+        node_fusion_options: *const OrtNodeFusionOptions,
+    ) -> StatusPtr,
+    /// Claims one node to run with a registered kernel (1.23).
+    pub EpGraphSupportInfo_AddSingleNode: unsafe extern "system" fn(
+        graph_support_info: *mut OrtEpGraphSupportInfo,
+        node: *const OrtNode,
+    ) -> StatusPtr,
+    /// The fused node's name, valid during `CreateState` (1.23).
+    pub NodeComputeContext_NodeName:
+        unsafe extern "system" fn(context: *const OrtNodeComputeContext) -> *const c_char,
+    /// Registers allocator memory info with an `OrtEpDevice` (1.23).
+    pub EpDevice_AddAllocatorInfo: unsafe extern "system" fn(
+        ep_device: *mut OrtEpDevice,
+        allocator_memory_info: *const OrtMemoryInfo,
+    ) -> StatusPtr,
+    /// The memory device of a memory info (1.23).
+    pub MemoryInfo_GetMemoryDevice:
+        unsafe extern "system" fn(memory_info: *const OrtMemoryInfo) -> *const OrtMemoryDevice,
+    /// The memory device of a tensor value (1.23).
+    pub Value_GetMemoryDevice:
+        unsafe extern "system" fn(value: *const OrtValue) -> *const OrtMemoryDevice,
+    /// Memory-device equality (1.23).
+    pub MemoryDevice_AreEqual:
+        unsafe extern "system" fn(a: *const OrtMemoryDevice, b: *const OrtMemoryDevice) -> bool,
+    /// Memory-device type (1.23).
+    pub MemoryDevice_GetDeviceType:
+        unsafe extern "system" fn(memory_device: *const OrtMemoryDevice) -> OrtMemoryInfoDeviceType,
+    /// Memory type (1.23).
+    pub MemoryDevice_GetMemoryType:
+        unsafe extern "system" fn(memory_device: *const OrtMemoryDevice) -> OrtDeviceMemoryType,
+    /// Vendor id (1.23).
+    pub MemoryDevice_GetVendorId:
+        unsafe extern "system" fn(memory_device: *const OrtMemoryDevice) -> u32,
+    /// Device id (1.23).
+    pub MemoryDevice_GetDeviceId:
+        unsafe extern "system" fn(memory_device: *const OrtMemoryDevice) -> u32,
+    /// The `OrtSyncStreamImpl` behind a stream (1.23).
+    pub SyncStream_GetImpl:
+        unsafe extern "system" fn(stream: *const OrtSyncStream) -> *const OrtSyncStreamImpl,
+    /// Current sync id of a stream (1.23).
+    pub SyncStream_GetSyncId: unsafe extern "system" fn(stream: *const OrtSyncStream) -> u64,
+    /// Sync id of the last wait between two streams (1.23).
+    pub GetSyncIdForLastWaitOnSyncStream: unsafe extern "system" fn(
+        producer_stream: *const OrtSyncStream,
+        consumer_stream: *const OrtSyncStream,
+    ) -> u64,
+}
+
+/// `OrtEp` as of 1.23: one execution-provider instance (one per session).
+#[repr(C)]
+pub struct OrtEp {
+    /// ORT API version the implementation was built for (1.22).
+    pub ort_version_supported: u32,
+    /// The EP name; must equal the factory's name (1.22).
+    pub GetName: unsafe extern "system" fn(this_ptr: *const OrtEp) -> *const c_char,
+    /// Claims nodes of a graph (1.23).
+    pub GetCapability: unsafe extern "system" fn(
+        this_ptr: *mut OrtEp,
+        graph: *const OrtGraph,
+        graph_support_info: *mut OrtEpGraphSupportInfo,
+    ) -> StatusPtr,
+    /// Compiles the claimed groups (1.23).
+    pub Compile: unsafe extern "system" fn(
+        this_ptr: *mut OrtEp,
+        graphs: *mut *const OrtGraph,
+        fused_nodes: *mut *const OrtNode,
+        count: usize,
+        node_compute_infos: *mut *mut OrtNodeComputeInfo,
+        ep_context_nodes: *mut *mut OrtNode,
+    ) -> StatusPtr,
+    /// Releases compute infos made by `Compile` (1.23).
+    pub ReleaseNodeComputeInfos: unsafe extern "system" fn(
+        this_ptr: *mut OrtEp,
+        node_compute_infos: *mut *mut OrtNodeComputeInfo,
+        num_node_compute_infos: usize,
+    ),
+    /// Preferred data layout; optional (1.23).
+    pub GetPreferredDataLayout: Option<
+        unsafe extern "system" fn(
+            this_ptr: *mut OrtEp,
+            preferred_data_layout: *mut OrtEpDataLayout,
+        ) -> StatusPtr,
+    >,
+    /// Per-op layout conversion preference; optional (1.23).
+    pub ShouldConvertDataLayoutForOp: Option<
+        unsafe extern "system" fn(
+            this_ptr: *mut OrtEp,
+            domain: *const c_char,
+            op_type: *const c_char,
+            target_data_layout: OrtEpDataLayout,
+            should_convert: *mut c_int,
+        ) -> StatusPtr,
+    >,
+    /// Dynamic options; optional (1.23).
+    pub SetDynamicOptions: Option<
+        unsafe extern "system" fn(
+            this_ptr: *mut OrtEp,
+            option_keys: *const *const c_char,
+            option_values: *const *const c_char,
+            num_options: usize,
+        ) -> StatusPtr,
+    >,
+    /// Run start notification; optional (1.23).
+    pub OnRunStart: Option<
+        unsafe extern "system" fn(
+            this_ptr: *mut OrtEp,
+            run_options: *const OrtRunOptions,
+        ) -> StatusPtr,
+    >,
+    /// Run end notification; optional (1.23).
+    pub OnRunEnd: Option<
+        unsafe extern "system" fn(
+            this_ptr: *mut OrtEp,
+            run_options: *const OrtRunOptions,
+            sync_stream: bool,
+        ) -> StatusPtr,
+    >,
+    /// Per-session allocator; optional (1.23).
+    pub CreateAllocator: Option<
+        unsafe extern "system" fn(
+            this_ptr: *mut OrtEp,
+            memory_info: *const OrtMemoryInfo,
+            allocator: *mut *mut OrtAllocator,
+        ) -> StatusPtr,
+    >,
+    /// Per-session sync stream; optional (1.23).
+    pub CreateSyncStreamForDevice: Option<
+        unsafe extern "system" fn(
+            this_ptr: *mut OrtEp,
+            memory_device: *const OrtMemoryDevice,
+            stream: *mut *mut OrtSyncStreamImpl,
+        ) -> StatusPtr,
+    >,
+    /// Compatibility string for compiled (EPContext) models; optional (1.23).
+    pub GetCompiledModelCompatibilityInfo: Option<
+        unsafe extern "system" fn(this_ptr: *mut OrtEp, graph: *const OrtGraph) -> *const c_char,
+    >,
+}
+
+/// `OrtEpFactory` as of 1.23: creates EPs for the devices it supports.
+#[repr(C)]
+pub struct OrtEpFactory {
+    /// ORT API version the implementation was built for (1.22).
+    pub ort_version_supported: u32,
+    /// EP name (1.22).
+    pub GetName: unsafe extern "system" fn(this_ptr: *const OrtEpFactory) -> *const c_char,
+    /// EP vendor (1.22).
+    pub GetVendor: unsafe extern "system" fn(this_ptr: *const OrtEpFactory) -> *const c_char,
+    /// Fills `ep_devices` with the devices this EP can use (1.22).
+    pub GetSupportedDevices: unsafe extern "system" fn(
+        this_ptr: *mut OrtEpFactory,
+        devices: *const *const OrtHardwareDevice,
+        num_devices: usize,
+        ep_devices: *mut *mut OrtEpDevice,
+        max_ep_devices: usize,
+        num_ep_devices: *mut usize,
+    ) -> StatusPtr,
+    /// Creates an EP for a session (1.22).
+    pub CreateEp: unsafe extern "system" fn(
+        this_ptr: *mut OrtEpFactory,
+        devices: *const *const OrtHardwareDevice,
+        ep_metadata_pairs: *const *const OrtKeyValuePairs,
+        num_devices: usize,
+        session_options: *const OrtSessionOptions,
+        logger: *const OrtLogger,
+        ep: *mut *mut OrtEp,
+    ) -> StatusPtr,
+    /// Releases an EP from `CreateEp` (1.22).
+    pub ReleaseEp: unsafe extern "system" fn(this_ptr: *mut OrtEpFactory, ep: *mut OrtEp),
+    /// PCI vendor id of the EP vendor (1.23).
+    pub GetVendorId: unsafe extern "system" fn(this_ptr: *const OrtEpFactory) -> u32,
+    /// EP version, semver (1.23).
+    pub GetVersion: unsafe extern "system" fn(this_ptr: *const OrtEpFactory) -> *const c_char,
+    /// Compiled-model compatibility check; optional (1.23).
+    pub ValidateCompiledModelCompatibilityInfo: Option<
+        unsafe extern "system" fn(
+            this_ptr: *mut OrtEpFactory,
+            devices: *const *const OrtHardwareDevice,
+            num_devices: usize,
+            compatibility_info: *const c_char,
+            model_compatibility: *mut OrtCompiledModelCompatibility,
+        ) -> StatusPtr,
+    >,
+    /// Shared allocator for a registered memory info (1.23).
+    pub CreateAllocator: Option<
+        unsafe extern "system" fn(
+            this_ptr: *mut OrtEpFactory,
+            memory_info: *const OrtMemoryInfo,
+            allocator_options: *const OrtKeyValuePairs,
+            allocator: *mut *mut OrtAllocator,
+        ) -> StatusPtr,
+    >,
+    /// Releases an allocator from `CreateAllocator` (1.23).
+    pub ReleaseAllocator: Option<
+        unsafe extern "system" fn(this_ptr: *mut OrtEpFactory, allocator: *mut OrtAllocator),
+    >,
+    /// Creates the data-transfer implementation; may set its out pointer to null (1.23).
+    pub CreateDataTransfer: unsafe extern "system" fn(
+        this_ptr: *mut OrtEpFactory,
+        data_transfer: *mut *mut OrtDataTransferImpl,
+    ) -> StatusPtr,
+    /// Whether the EPs are stream aware; optional (1.23).
+    pub IsStreamAware: Option<unsafe extern "system" fn(this_ptr: *const OrtEpFactory) -> bool>,
+    /// Sync stream outside a session; optional (1.23).
+    pub CreateSyncStreamForDevice: Option<
+        unsafe extern "system" fn(
+            this_ptr: *mut OrtEpFactory,
+            memory_device: *const OrtMemoryDevice,
+            stream_options: *const OrtKeyValuePairs,
+            stream: *mut *mut OrtSyncStreamImpl,
+        ) -> StatusPtr,
+    >,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::mem::{offset_of, size_of};
+
+    use super::*;
+
+    const P: usize = size_of::<*const ()>();
+
+    /// Offset of the `i`-th function pointer after a leading `u32` (padded to pointer size).
+    const fn slot(i: usize) -> usize {
+        P + i * P
+    }
+
+    #[test]
+    fn ep_factory_layout_matches_1_23() {
+        assert_eq!(offset_of!(OrtEpFactory, ort_version_supported), 0);
+        assert_eq!(offset_of!(OrtEpFactory, GetName), slot(0));
+        assert_eq!(offset_of!(OrtEpFactory, GetVendor), slot(1));
+        assert_eq!(offset_of!(OrtEpFactory, GetSupportedDevices), slot(2));
+        assert_eq!(offset_of!(OrtEpFactory, CreateEp), slot(3));
+        assert_eq!(offset_of!(OrtEpFactory, ReleaseEp), slot(4));
+        assert_eq!(offset_of!(OrtEpFactory, GetVendorId), slot(5));
+        assert_eq!(offset_of!(OrtEpFactory, GetVersion), slot(6));
+        assert_eq!(
+            offset_of!(OrtEpFactory, ValidateCompiledModelCompatibilityInfo),
+            slot(7)
+        );
+        assert_eq!(offset_of!(OrtEpFactory, CreateAllocator), slot(8));
+        assert_eq!(offset_of!(OrtEpFactory, ReleaseAllocator), slot(9));
+        assert_eq!(offset_of!(OrtEpFactory, CreateDataTransfer), slot(10));
+        assert_eq!(offset_of!(OrtEpFactory, IsStreamAware), slot(11));
+        assert_eq!(
+            offset_of!(OrtEpFactory, CreateSyncStreamForDevice),
+            slot(12)
+        );
+        assert_eq!(size_of::<OrtEpFactory>(), slot(13));
+    }
+
+    #[test]
+    fn ep_layout_matches_1_23() {
+        assert_eq!(offset_of!(OrtEp, GetName), slot(0));
+        assert_eq!(offset_of!(OrtEp, GetCapability), slot(1));
+        assert_eq!(offset_of!(OrtEp, Compile), slot(2));
+        assert_eq!(offset_of!(OrtEp, ReleaseNodeComputeInfos), slot(3));
+        assert_eq!(offset_of!(OrtEp, GetPreferredDataLayout), slot(4));
+        assert_eq!(offset_of!(OrtEp, ShouldConvertDataLayoutForOp), slot(5));
+        assert_eq!(offset_of!(OrtEp, SetDynamicOptions), slot(6));
+        assert_eq!(offset_of!(OrtEp, OnRunStart), slot(7));
+        assert_eq!(offset_of!(OrtEp, OnRunEnd), slot(8));
+        assert_eq!(offset_of!(OrtEp, CreateAllocator), slot(9));
+        assert_eq!(offset_of!(OrtEp, CreateSyncStreamForDevice), slot(10));
+        assert_eq!(
+            offset_of!(OrtEp, GetCompiledModelCompatibilityInfo),
+            slot(11)
+        );
+        assert_eq!(size_of::<OrtEp>(), slot(12));
+    }
+
+    #[test]
+    fn ep_api_layout_matches_1_23() {
+        assert_eq!(offset_of!(OrtEpApi, CreateEpDevice), 0);
+        assert_eq!(offset_of!(OrtEpApi, ReleaseEpDevice), P);
+        assert_eq!(
+            offset_of!(OrtEpApi, EpGraphSupportInfo_AddNodesToFuse),
+            2 * P
+        );
+        assert_eq!(
+            offset_of!(OrtEpApi, EpGraphSupportInfo_AddSingleNode),
+            3 * P
+        );
+        assert_eq!(offset_of!(OrtEpApi, NodeComputeContext_NodeName), 4 * P);
+        assert_eq!(offset_of!(OrtEpApi, EpDevice_AddAllocatorInfo), 5 * P);
+        assert_eq!(offset_of!(OrtEpApi, MemoryInfo_GetMemoryDevice), 6 * P);
+        assert_eq!(offset_of!(OrtEpApi, Value_GetMemoryDevice), 7 * P);
+        assert_eq!(offset_of!(OrtEpApi, MemoryDevice_AreEqual), 8 * P);
+        assert_eq!(offset_of!(OrtEpApi, MemoryDevice_GetDeviceType), 9 * P);
+        assert_eq!(offset_of!(OrtEpApi, MemoryDevice_GetMemoryType), 10 * P);
+        assert_eq!(offset_of!(OrtEpApi, MemoryDevice_GetVendorId), 11 * P);
+        assert_eq!(offset_of!(OrtEpApi, MemoryDevice_GetDeviceId), 12 * P);
+        assert_eq!(offset_of!(OrtEpApi, SyncStream_GetImpl), 13 * P);
+        assert_eq!(offset_of!(OrtEpApi, SyncStream_GetSyncId), 14 * P);
+        assert_eq!(
+            offset_of!(OrtEpApi, GetSyncIdForLastWaitOnSyncStream),
+            15 * P
+        );
+        assert_eq!(size_of::<OrtEpApi>(), 16 * P);
+    }
+
+    #[test]
+    fn small_struct_layouts_match_1_23() {
+        assert_eq!(
+            offset_of!(OrtNodeFusionOptions, drop_constant_initializers),
+            4
+        );
+        assert_eq!(size_of::<OrtNodeFusionOptions>(), 8);
+
+        assert_eq!(offset_of!(OrtNodeComputeInfo, CreateState), slot(0));
+        assert_eq!(offset_of!(OrtNodeComputeInfo, Compute), slot(1));
+        assert_eq!(offset_of!(OrtNodeComputeInfo, ReleaseState), slot(2));
+        assert_eq!(size_of::<OrtNodeComputeInfo>(), slot(3));
+
+        assert_eq!(offset_of!(OrtDataTransferImpl, Release), slot(0));
+        assert_eq!(offset_of!(OrtDataTransferImpl, CanCopy), slot(1));
+        assert_eq!(offset_of!(OrtDataTransferImpl, CopyTensors), slot(2));
+        assert_eq!(size_of::<OrtDataTransferImpl>(), slot(3));
+
+        assert_eq!(offset_of!(OrtSyncNotificationImpl, WaitOnHost), slot(3));
+        assert_eq!(size_of::<OrtSyncNotificationImpl>(), slot(4));
+        assert_eq!(offset_of!(OrtSyncStreamImpl, OnSessionRunEnd), slot(4));
+        assert_eq!(size_of::<OrtSyncStreamImpl>(), slot(5));
+    }
+
+    #[test]
+    fn option_fn_pointers_are_pointer_sized() {
+        type F = Option<unsafe extern "system" fn(*const OrtEpFactory) -> bool>;
+        assert_eq!(size_of::<F>(), P);
+    }
+
+    #[test]
+    fn ort_api_matches_1_23() {
+        // Numbers from ORT 1.23.2's onnxruntime_c_api.h compiled with gcc (x86_64): OrtApi has
+        // 390 members; a few members this crate calls, by index.
+        use ort_sys::OrtApi;
+        assert_eq!(size_of::<OrtApi>(), 390 * P);
+        assert_eq!(offset_of!(OrtApi, KernelContext_GetOutput), 91 * P);
+        assert_eq!(offset_of!(OrtApi, ReadOpAttr), 272 * P);
+        assert_eq!(offset_of!(OrtApi, GetEpApi), 317 * P);
+        assert_eq!(offset_of!(OrtApi, Graph_GetNodes), 345 * P);
+        assert_eq!(offset_of!(OrtApi, GetSessionOptionsConfigEntries), 379 * P);
+    }
+}

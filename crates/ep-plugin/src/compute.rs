@@ -1,0 +1,280 @@
+//! `OrtNodeComputeInfo` of one compiled fused node: kernel-context I/O around
+//! [`runtime::Executable::run`].
+
+use std::ffi::c_void;
+use std::ptr;
+
+use onnx_ir::DataType;
+use ort_sys::{ONNXTensorElementDataType, OrtKernelContext, OrtTensorTypeAndShapeInfo, OrtValue};
+use runtime::{Executable, InputTensor};
+
+use crate::abi::{ORT_ABI_VERSION, OrtNodeComputeContext, OrtNodeComputeInfo, StatusPtr};
+use crate::api::Api;
+use crate::error::{EpError, guard, guard_value};
+
+/// A compiled fused node; the vtable is its first field. Holds no ORT handle.
+#[repr(C)]
+pub struct ComputeInfo {
+    base: OrtNodeComputeInfo,
+    api: Api,
+    name: String,
+    /// The prepared plan; its run gate decides which thread may run it and serialises runs.
+    exe: Executable,
+    /// `input_map[j]`: kernel-context input index of plan input `j`.
+    input_map: Vec<usize>,
+    /// Names of the plan inputs, for messages.
+    input_names: Vec<String>,
+    /// Expected element type of each output, when known.
+    output_dtypes: Vec<Option<DataType>>,
+}
+
+impl ComputeInfo {
+    /// A compute info for a prepared executable.
+    pub fn new(
+        api: Api,
+        name: String,
+        exe: Executable,
+        input_map: Vec<usize>,
+        input_names: Vec<String>,
+        output_dtypes: Vec<Option<DataType>>,
+    ) -> Box<Self> {
+        Box::new(ComputeInfo {
+            base: OrtNodeComputeInfo {
+                ort_version_supported: ORT_ABI_VERSION,
+                CreateState: create_state,
+                Compute: compute,
+                ReleaseState: release_state,
+            },
+            api,
+            name,
+            exe,
+            input_map,
+            input_names,
+            output_dtypes,
+        })
+    }
+
+    /// The vtable pointer handed to ORT.
+    pub fn into_raw(self: Box<Self>) -> *mut OrtNodeComputeInfo {
+        Box::into_raw(self) as *mut OrtNodeComputeInfo
+    }
+
+    /// Takes back a pointer from [`ComputeInfo::into_raw`].
+    ///
+    /// # Safety
+    /// `p` must come from [`ComputeInfo::into_raw`] and not have been freed.
+    pub unsafe fn from_raw(p: *mut OrtNodeComputeInfo) -> Box<Self> {
+        // SAFETY: `base` is the first field of a #[repr(C)] struct.
+        unsafe { Box::from_raw(p as *mut ComputeInfo) }
+    }
+
+    /// Reads the kernel-context inputs, runs, writes the outputs.
+    fn run(&self, ctx: *mut OrtKernelContext) -> Result<(), EpError> {
+        let api = &self.api;
+        let o = api.ort;
+        let mut count = 0usize;
+        // SAFETY: live kernel context for this call.
+        api.check(
+            unsafe { (o.KernelContext_GetInputCount)(ctx, &mut count) },
+            "KernelContext_GetInputCount",
+        )?;
+
+        let mut metas: Vec<(DataType, Vec<i64>, *const u8, usize)> =
+            Vec::with_capacity(self.input_map.len());
+        for (j, &idx) in self.input_map.iter().enumerate() {
+            let name = &self.input_names[j];
+            if idx >= count {
+                return Err(EpError::new(format!(
+                    "input '{name}' is #{idx} but the node has {count} inputs"
+                )));
+            }
+            let mut v: *const OrtValue = ptr::null();
+            // SAFETY: index checked above.
+            api.check(
+                unsafe { (o.KernelContext_GetInput)(ctx, idx, &mut v) },
+                "KernelContext_GetInput",
+            )?;
+            if v.is_null() {
+                return Err(EpError::new(format!("input '{name}' is missing")));
+            }
+            // SAFETY: live input value.
+            let (dtype, dims) = unsafe { value_type(api, v) }.map_err(|e| e.context(name))?;
+            let mut size = 0usize;
+            // SAFETY: live input value.
+            api.check(
+                unsafe { (o.GetTensorSizeInBytes)(v, &mut size) },
+                "GetTensorSizeInBytes",
+            )?;
+            let mut data: *const c_void = ptr::null();
+            if size > 0 {
+                // SAFETY: live input value; data valid during this call.
+                api.check(unsafe { (o.GetTensorData)(v, &mut data) }, "GetTensorData")?;
+                if data.is_null() {
+                    return Err(EpError::new(format!("input '{name}' has no data")));
+                }
+            }
+            metas.push((dtype, dims, data as *const u8, size));
+        }
+        let inputs: Vec<InputTensor<'_>> = metas
+            .iter()
+            .map(|(dtype, dims, data, size)| InputTensor {
+                dtype: *dtype,
+                dims,
+                data: if *size == 0 {
+                    &[]
+                } else {
+                    // SAFETY: ORT's input buffer of `size` bytes, alive during Compute.
+                    unsafe { std::slice::from_raw_parts(*data, *size) }
+                },
+            })
+            .collect();
+
+        let outputs = self
+            .exe
+            .run(&inputs)
+            .map_err(|e| EpError::new(e.to_string()))?;
+        if outputs.len() != self.output_dtypes.len() {
+            return Err(EpError::new(format!(
+                "the plan produced {} outputs, the node has {}",
+                outputs.len(),
+                self.output_dtypes.len()
+            )));
+        }
+        for (k, out) in outputs.iter().enumerate() {
+            if let Some(expected) = self.output_dtypes[k]
+                && expected != out.dtype
+            {
+                return Err(EpError::new(format!(
+                    "output #{k} is {} but the graph declares {expected}",
+                    out.dtype
+                )));
+            }
+            let mut ov: *mut OrtValue = ptr::null_mut();
+            api.check(
+                // SAFETY: live context; ORT allocates the output with these dims.
+                unsafe {
+                    (o.KernelContext_GetOutput)(ctx, k, out.dims.as_ptr(), out.dims.len(), &mut ov)
+                },
+                "KernelContext_GetOutput",
+            )?;
+            if ov.is_null() {
+                return Err(EpError::new(format!("ORT gave no buffer for output #{k}")));
+            }
+            // SAFETY: live output value.
+            let (dtype, _) = unsafe { value_type(api, ov) }?;
+            if dtype != out.dtype {
+                return Err(EpError::new(format!(
+                    "output #{k}: ORT allocated {dtype}, the plan produced {}",
+                    out.dtype
+                )));
+            }
+            let mut size = 0usize;
+            // SAFETY: live output value.
+            api.check(
+                unsafe { (o.GetTensorSizeInBytes)(ov, &mut size) },
+                "GetTensorSizeInBytes",
+            )?;
+            let bytes = out.data();
+            if size != bytes.len() {
+                return Err(EpError::new(format!(
+                    "output #{k}: ORT buffer has {size} bytes, the plan produced {}",
+                    bytes.len()
+                )));
+            }
+            if size > 0 {
+                let mut dst: *mut c_void = ptr::null_mut();
+                // SAFETY: live output value.
+                api.check(
+                    unsafe { (o.GetTensorMutableData)(ov, &mut dst) },
+                    "GetTensorMutableData",
+                )?;
+                if dst.is_null() {
+                    return Err(EpError::new(format!("output #{k} has no buffer")));
+                }
+                // SAFETY: `size` bytes at `dst` (checked), source has the same length.
+                unsafe { ptr::copy_nonoverlapping(bytes.as_ptr(), dst as *mut u8, size) };
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Element type and dims of a tensor `OrtValue`.
+///
+/// # Safety
+/// `v` must be a live tensor value.
+unsafe fn value_type(api: &Api, v: *const OrtValue) -> Result<(DataType, Vec<i64>), EpError> {
+    let o = api.ort;
+    let mut info: *mut OrtTensorTypeAndShapeInfo = ptr::null_mut();
+    // SAFETY: live value; `info` released below.
+    api.check(
+        unsafe { (o.GetTensorTypeAndShape)(v, &mut info) },
+        "GetTensorTypeAndShape",
+    )?;
+    let read = || -> Result<(DataType, Vec<i64>), EpError> {
+        let mut elem: i32 = 0;
+        api.check(
+            // SAFETY: i32-sized enum read as i32.
+            unsafe {
+                (o.GetTensorElementType)(
+                    info,
+                    &mut elem as *mut i32 as *mut ONNXTensorElementDataType,
+                )
+            },
+            "GetTensorElementType",
+        )?;
+        let dtype = DataType::from_onnx(elem)
+            .ok_or_else(|| EpError::new(format!("tensor element type {elem} is not supported")))?;
+        let mut rank = 0usize;
+        // SAFETY: live info.
+        api.check(
+            unsafe { (o.GetDimensionsCount)(info, &mut rank) },
+            "GetDimensionsCount",
+        )?;
+        let mut dims = vec![0i64; rank];
+        if rank > 0 {
+            // SAFETY: buffer of `rank`.
+            api.check(
+                unsafe { (o.GetDimensions)(info, dims.as_mut_ptr(), rank) },
+                "GetDimensions",
+            )?;
+        }
+        Ok((dtype, dims))
+    };
+    let result = read();
+    // SAFETY: we own it.
+    unsafe { (o.ReleaseTensorTypeAndShapeInfo)(info) };
+    result
+}
+
+unsafe extern "system" fn create_state(
+    this: *mut OrtNodeComputeInfo,
+    _context: *mut OrtNodeComputeContext,
+    state: *mut *mut c_void,
+) -> StatusPtr {
+    guard("CreateState", || {
+        if state.is_null() {
+            return Err(EpError::new("null state out-pointer"));
+        }
+        // The compute info is the state: the plan and executable live there.
+        // SAFETY: ORT's out-pointer.
+        unsafe { *state = this as *mut c_void };
+        Ok(())
+    })
+}
+
+unsafe extern "system" fn compute(
+    this: *mut OrtNodeComputeInfo,
+    _state: *mut c_void,
+    ctx: *mut OrtKernelContext,
+) -> StatusPtr {
+    guard("Compute", || {
+        // SAFETY: `this` is ours, alive until ReleaseNodeComputeInfos.
+        let info = unsafe { &*(this as *const ComputeInfo) };
+        info.run(ctx).map_err(|e| e.context(&info.name))
+    })
+}
+
+unsafe extern "system" fn release_state(_this: *mut OrtNodeComputeInfo, _state: *mut c_void) {
+    guard_value("ReleaseState", (), || {})
+}

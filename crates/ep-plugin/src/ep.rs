@@ -1,0 +1,590 @@
+//! The `OrtEp` implementation: claiming nodes (`GetCapability`) and compiling fused groups.
+
+use std::collections::HashMap;
+use std::ffi::{CStr, c_char};
+use std::ptr;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use onnx_ir::{Graph, ValueInfo};
+use ort_sys::{OrtGraph, OrtNode, OrtStatusPtr};
+
+use crate::abi::{
+    ORT_ABI_VERSION, OrtEp, OrtEpGraphSupportInfo, OrtNodeComputeInfo, OrtNodeFusionOptions,
+    StatusPtr,
+};
+use crate::api::Api;
+use crate::compute::ComputeInfo;
+use crate::error::{EpError, guard, guard_value};
+use crate::graph_reader::{Scope, read_graph, value_name};
+use crate::logging;
+use crate::options::EpOptions;
+
+const NAME: &CStr = c"MLXExecutionProvider";
+
+/// Domain given to nodes another EP already owns, so that no registry entry claims them.
+const FOREIGN_DOMAIN: &str = "ortmlx.assigned_elsewhere";
+
+/// One EP instance (one per session); the vtable is its first field.
+#[repr(C)]
+pub struct Ep {
+    base: OrtEp,
+    api: Api,
+    options: EpOptions,
+    registry: plan::Registry,
+    /// Whether some `GetCapability` call of this EP (session) claimed nodes.
+    claimed: AtomicBool,
+}
+
+impl Ep {
+    /// An EP with the given options.
+    pub fn new(api: Api, options: EpOptions) -> Box<Self> {
+        Box::new(Ep {
+            base: OrtEp {
+                ort_version_supported: ORT_ABI_VERSION,
+                GetName: get_name,
+                GetCapability: get_capability,
+                Compile: compile,
+                ReleaseNodeComputeInfos: release_node_compute_infos,
+                GetPreferredDataLayout: None,
+                ShouldConvertDataLayoutForOp: None,
+                SetDynamicOptions: None,
+                OnRunStart: None,
+                OnRunEnd: None,
+                CreateAllocator: None,
+                CreateSyncStreamForDevice: None,
+                GetCompiledModelCompatibilityInfo: None,
+            },
+            api,
+            options,
+            registry: plan::Registry::default(),
+            claimed: AtomicBool::new(false),
+        })
+    }
+
+    /// The vtable pointer handed to ORT.
+    pub fn into_raw(self: Box<Self>) -> *mut OrtEp {
+        Box::into_raw(self) as *mut OrtEp
+    }
+
+    /// Takes back a pointer from [`Ep::into_raw`].
+    ///
+    /// # Safety
+    /// `p` must come from [`Ep::into_raw`] and not have been freed.
+    pub unsafe fn from_raw(p: *mut OrtEp) -> Box<Self> {
+        // SAFETY: `base` is the first field of a #[repr(C)] struct.
+        unsafe { Box::from_raw(p as *mut Ep) }
+    }
+
+    /// # Safety
+    /// `p` must be a live pointer from [`Ep::into_raw`].
+    unsafe fn from_ptr<'a>(p: *const OrtEp) -> &'a Ep {
+        // SAFETY: as above.
+        unsafe { &*(p as *const Ep) }
+    }
+}
+
+unsafe extern "system" fn get_name(_this: *const OrtEp) -> *const c_char {
+    NAME.as_ptr()
+}
+
+/// Marks nodes that ORT already assigned to another EP so the registry declines them (they
+/// stay in the graph, so clusters remain convex around them).
+fn mark_foreign_nodes(api: &Api, graph: &mut Graph, nodes: &[*const OrtNode]) {
+    for (node, &handle) in graph.nodes.iter_mut().zip(nodes) {
+        let mut ep: *const c_char = ptr::null();
+        // SAFETY: live node handle.
+        let st = unsafe { (api.ort.Node_GetEpName)(handle, &mut ep) };
+        if api.check(st, "Node_GetEpName").is_err() || ep.is_null() {
+            continue;
+        }
+        // SAFETY: NUL-terminated from ORT.
+        let ep = unsafe { CStr::from_ptr(ep) }.to_string_lossy();
+        if !ep.is_empty() && ep != crate::options::EP_NAME {
+            log::debug!("node '{}' is already assigned to {ep}", node.name);
+            node.domain = FOREIGN_DOMAIN.to_string();
+        }
+    }
+}
+
+/// Logs the outcome of a partition: a summary at info level, every decline at debug level,
+/// and with `ORTMLX_LOG_CLAIMS=1` one line per node on stderr. `refusal` says why claimable
+/// clusters are left to ORT after all.
+fn report_claims(g: &Graph, partition: &plan::Partition, refusal: Option<&str>) {
+    let claimable: usize = partition.clusters.iter().map(|c| c.nodes.len()).sum();
+    let claimed = if refusal.is_some() { 0 } else { claimable };
+    log::info!(
+        "GetCapability '{}': {claimed} of {} nodes claimed in {} cluster(s)",
+        g.name,
+        g.nodes.len(),
+        if refusal.is_some() {
+            0
+        } else {
+            partition.clusters.len()
+        }
+    );
+    for line in plan::decline_summary(partition) {
+        log::info!("  declined: {line}");
+    }
+    for d in &partition.declines {
+        log::debug!(
+            "decline {} ({} {}): {}",
+            d.node,
+            d.domain,
+            d.op_type,
+            d.reason
+        );
+    }
+    if !logging::claims_enabled() {
+        return;
+    }
+    let op = |domain: &str, op_type: &str| {
+        if domain.is_empty() {
+            op_type.to_string()
+        } else {
+            format!("{domain}.{op_type}")
+        }
+    };
+    for (ci, cluster) in partition.clusters.iter().enumerate() {
+        for &i in &cluster.nodes {
+            let n = &g.nodes[i];
+            let line = match refusal {
+                None => format!(
+                    "claim   {} ({}) -> cluster {ci}",
+                    n.name,
+                    op(&n.domain, &n.op_type)
+                ),
+                Some(why) => format!("left    {} ({}): {why}", n.name, op(&n.domain, &n.op_type)),
+            };
+            logging::claim_line(&line);
+        }
+    }
+    // Nodes this EP fused in an earlier pass show up again as ops of its own domain.
+    for d in partition
+        .declines
+        .iter()
+        .filter(|d| d.domain != crate::options::EP_NAME)
+    {
+        logging::claim_line(&format!(
+            "decline {} ({}): {}",
+            d.node,
+            op(&d.domain, &d.op_type),
+            d.reason
+        ));
+    }
+}
+
+unsafe extern "system" fn get_capability(
+    this: *mut OrtEp,
+    graph: *const OrtGraph,
+    support: *mut OrtEpGraphSupportInfo,
+) -> StatusPtr {
+    guard("GetCapability", || {
+        // SAFETY: `this` is our EP.
+        let ep = unsafe { Ep::from_ptr(this) };
+        let api = &ep.api;
+        // SAFETY: `graph` is live for this callback.
+        let mut read = unsafe { read_graph(api, graph, Scope::Closed) }?;
+        mark_foreign_nodes(api, &mut read.graph, &read.nodes);
+        let g = &read.graph;
+        let mut partition = plan::partition(g, &ep.registry);
+        let parent = parent_op(api, graph)?;
+        log::debug!("GetCapability '{}': parent node {parent:?}", g.name);
+        let mut refusal = parent
+            .as_deref()
+            .filter(|op| !CONTROL_FLOW_OPS.contains(op))
+            .map(|op| format!("the graph is the body of a {op}, which ORT inlines"));
+        if refusal.is_none() && api.host_minor == 23 && !partition.clusters.is_empty() {
+            refusal = ort_1_23_refusal(api, ep, graph, g, &partition)?;
+        }
+        report_claims(g, &partition, refusal.as_deref());
+        if let Some(why) = &refusal
+            && !partition.clusters.is_empty()
+        {
+            log::warn!("leaving graph '{}' to ORT: {why}", g.name);
+            partition.clusters.clear();
+        }
+        if !partition.clusters.is_empty() {
+            ep.claimed.store(true, Ordering::Relaxed);
+        }
+
+        let options = OrtNodeFusionOptions {
+            ort_version_supported: ORT_ABI_VERSION,
+            // The plan keeps its own copy of constant initializers (read in Compile), so ORT
+            // need not feed them as inputs and may free those only this EP uses.
+            drop_constant_initializers: true,
+        };
+        for cluster in &partition.clusters {
+            let handles: Vec<*const OrtNode> =
+                cluster.nodes.iter().map(|&i| read.nodes[i]).collect();
+            if handles.is_empty() {
+                continue;
+            }
+            // SAFETY: live handles of this graph; ORT copies the list.
+            let st = unsafe {
+                (api.ep.EpGraphSupportInfo_AddNodesToFuse)(
+                    support,
+                    handles.as_ptr(),
+                    handles.len(),
+                    &options,
+                )
+            };
+            api.check(OrtStatusPtr(st), "EpGraphSupportInfo_AddNodesToFuse")?;
+        }
+        Ok(())
+    })
+}
+
+/// The op type of the node whose subgraph `graph` is (If/Loop/Scan body), if it is one.
+fn parent_op(api: &Api, graph: *const OrtGraph) -> Result<Option<String>, EpError> {
+    let mut parent: *const OrtNode = ptr::null();
+    // SAFETY: live graph.
+    api.check(
+        unsafe { (api.ort.Graph_GetParentNode)(graph, &mut parent) },
+        "Graph_GetParentNode",
+    )?;
+    if parent.is_null() {
+        return Ok(None);
+    }
+    let mut op: *const c_char = ptr::null();
+    // SAFETY: live parent node.
+    api.check(
+        unsafe { (api.ort.Node_GetOperatorType)(parent, &mut op) },
+        "Node_GetOperatorType",
+    )?;
+    // SAFETY: NUL-terminated from ORT.
+    Ok(Some(unsafe { crate::api::cstr_lossy(op) }))
+}
+
+/// Why ORT 1.23 can't take this graph's clusters, if it can't.
+///
+/// - 1.23.x names fused nodes `<EP>_<model hash>_<id>` with ids restarting at 0 in every
+///   `GetCapability` call, so clusters claimed in two calls of one session (a subgraph and the
+///   main graph, or the main graph before and after function inlining) collide: "Conflicting
+///   with a registered kernel". Only the first claiming call of a session may claim.
+/// - 1.23.x gives subgraphs no parent node, so nested graphs are recognised by name (a
+///   subgraph's name differs from the model's graph name) and left alone: a claim there would
+///   block the main graph's claims (and in function bodies, like SequenceMap's, breaks
+///   inlining).
+/// - 1.23.0 also can't mix this EP with the CPU EP in one graph (its memcpy transformer
+///   finds no MemcpyFromHost kernel for plugin EPs; fixed in 1.23.1).
+fn ort_1_23_refusal(
+    api: &Api,
+    ep: &Ep,
+    graph: *const OrtGraph,
+    g: &Graph,
+    partition: &plan::Partition,
+) -> Result<Option<String>, EpError> {
+    if ep.claimed.load(Ordering::Relaxed) {
+        return Ok(Some(
+            "ONNX Runtime 1.23 allows one claiming pass per session (fused-node names collide)"
+                .into(),
+        ));
+    }
+    if let Some(model_graph) = model_graph_name(api, graph)
+        && model_graph != g.name
+    {
+        return Ok(Some(format!(
+            "nested graph (the model's graph is '{model_graph}'); ONNX Runtime 1.23 allows one claiming pass per session"
+        )));
+    }
+    if api.needs_whole_graphs() && !partition.declines.is_empty() {
+        return Ok(Some(format!(
+            "ONNX Runtime 1.23.0 can't mix this EP with the CPU EP in one graph ({} node(s) declined; fixed in 1.23.1)",
+            partition.declines.len()
+        )));
+    }
+    Ok(None)
+}
+
+/// The model's main graph name, from the model metadata ORT attaches to every graph.
+fn model_graph_name(api: &Api, graph: *const OrtGraph) -> Option<String> {
+    let o = api.ort;
+    let mut meta: *mut ort_sys::OrtModelMetadata = ptr::null_mut();
+    // SAFETY: live graph; ORT only reads it (the C signature lacks const).
+    let st = unsafe { (o.Graph_GetModelMetadata)(graph as *mut OrtGraph, &mut meta) };
+    api.check(st, "Graph_GetModelMetadata").ok()?;
+    if meta.is_null() {
+        return None;
+    }
+    let mut alloc: *mut ort_sys::OrtAllocator = ptr::null_mut();
+    let mut name: *mut c_char = ptr::null_mut();
+    // SAFETY: ORT's default allocator is static.
+    let ok = api
+        .check(unsafe { (o.GetAllocatorWithDefaultOptions)(&mut alloc) }, "GetAllocatorWithDefaultOptions")
+        .is_ok()
+        // SAFETY: live metadata; the string comes from `alloc`.
+        && api
+            .check(unsafe { (o.ModelMetadataGetGraphName)(meta, alloc, &mut name) }, "ModelMetadataGetGraphName")
+            .is_ok();
+    // SAFETY: NUL-terminated from ORT.
+    let result = (ok && !name.is_null()).then(|| unsafe { crate::api::cstr_lossy(name) });
+    if !name.is_null() {
+        // SAFETY: allocated by `alloc`.
+        api.discard(unsafe { (o.AllocatorFree)(alloc, name.cast()) });
+    }
+    // SAFETY: we own it.
+    unsafe { (o.ReleaseModelMetadata)(meta) };
+    result
+}
+
+/// Ops whose subgraphs ORT runs as they are; other graph-carrying ops (SequenceMap, ...) are
+/// functions that ORT inlines after partitioning, and a fused node inside their body then
+/// breaks the inlined graph (measured on 1.31: "No opset import for domain
+/// 'MLXExecutionProvider'").
+const CONTROL_FLOW_OPS: &[&str] = &["If", "Loop", "Scan"];
+
+/// Names of a node's inputs or outputs ("" for absent optional ones).
+fn node_io(api: &Api, node: *const OrtNode, outputs: bool) -> Result<Vec<String>, EpError> {
+    let o = api.ort;
+    let mut n = 0usize;
+    // SAFETY (all calls): live node; buffers sized by the count.
+    let st = unsafe {
+        if outputs {
+            (o.Node_GetNumOutputs)(node, &mut n)
+        } else {
+            (o.Node_GetNumInputs)(node, &mut n)
+        }
+    };
+    api.check(st, "Node_GetNum{Inputs,Outputs}")?;
+    let mut list = vec![ptr::null(); n];
+    if n > 0 {
+        let st = unsafe {
+            if outputs {
+                (o.Node_GetOutputs)(node, list.as_mut_ptr(), n)
+            } else {
+                (o.Node_GetInputs)(node, list.as_mut_ptr(), n)
+            }
+        };
+        api.check(st, "Node_Get{Inputs,Outputs}")?;
+    }
+    list.into_iter()
+        .map(|vi| {
+            if vi.is_null() {
+                Ok(String::new())
+            } else {
+                // SAFETY: live value info of the node.
+                unsafe { value_name(api, vi) }
+            }
+        })
+        .collect()
+}
+
+/// Sets the IR graph's interface to the fused node's: inputs in the fused node's order
+/// (constants excluded: the graph holds them), outputs in its output order.
+pub fn align_interface(
+    graph: &mut Graph,
+    fused_inputs: &[String],
+    fused_outputs: &[String],
+) -> Result<(), EpError> {
+    let lookup = |graph: &Graph, name: &str| -> ValueInfo {
+        graph.value(name).unwrap_or_else(|| ValueInfo {
+            name: name.to_string(),
+            ..ValueInfo::default()
+        })
+    };
+    let read_inputs: HashMap<String, ValueInfo> = graph
+        .inputs
+        .drain(..)
+        .map(|v| (v.name.clone(), v))
+        .collect();
+    let mut inputs = Vec::new();
+    for name in fused_inputs.iter().filter(|n| !n.is_empty()) {
+        if graph.initializers.contains_key(name)
+            || inputs.iter().any(|v: &ValueInfo| &v.name == name)
+        {
+            continue;
+        }
+        inputs.push(
+            read_inputs
+                .get(name)
+                .cloned()
+                .unwrap_or_else(|| lookup(graph, name)),
+        );
+    }
+    // Inputs the group reads that the fused node doesn't list would be unbound at run time.
+    for (name, _) in read_inputs {
+        if !inputs.iter().any(|v| v.name == name) && !graph.initializers.contains_key(&name) {
+            return Err(EpError::new(format!(
+                "the fused group reads '{name}', which is not an input of the fused node"
+            )));
+        }
+    }
+    graph.inputs = inputs;
+    let outputs: Vec<ValueInfo> = fused_outputs
+        .iter()
+        .map(|name| {
+            graph
+                .outputs
+                .iter()
+                .find(|v| &v.name == name)
+                .cloned()
+                .unwrap_or_else(|| lookup(graph, name))
+        })
+        .collect();
+    graph.outputs = outputs;
+    Ok(())
+}
+
+/// Compiles one fused group into a compute info.
+fn compile_one(
+    ep: &Ep,
+    graph: *const OrtGraph,
+    fused: *const OrtNode,
+) -> Result<Box<ComputeInfo>, EpError> {
+    let api = &ep.api;
+    // SAFETY: live for this callback.
+    let mut read = unsafe { read_graph(api, graph, Scope::Closed) }?;
+    let mut fused_name: *const c_char = ptr::null();
+    // SAFETY: live fused node.
+    api.check(
+        unsafe { (api.ort.Node_GetName)(fused, &mut fused_name) },
+        "Node_GetName",
+    )?;
+    // SAFETY: NUL-terminated from ORT.
+    let fused_name = unsafe { crate::api::cstr_lossy(fused_name) };
+    let fused_inputs = node_io(api, fused, false)?;
+    let fused_outputs = node_io(api, fused, true)?;
+    align_interface(&mut read.graph, &fused_inputs, &fused_outputs)
+        .map_err(|e| e.context(&fused_name))?;
+    read.graph.name = fused_name.clone();
+
+    let plan = plan::build_plan(&read.graph, &ep.registry)
+        .map_err(|e| EpError::new(format!("{fused_name}: building the plan failed: {e}")))?;
+    let input_map = plan
+        .inputs
+        .iter()
+        .map(|pi| {
+            fused_inputs
+                .iter()
+                .position(|n| *n == pi.name)
+                .ok_or_else(|| {
+                    EpError::new(format!(
+                        "{fused_name}: plan input '{}' is not an input of the fused node",
+                        pi.name
+                    ))
+                })
+        })
+        .collect::<Result<Vec<usize>, _>>()?;
+    let input_names: Vec<String> = plan.inputs.iter().map(|pi| pi.name.clone()).collect();
+    let output_dtypes = read.graph.outputs.iter().map(|v| v.dtype).collect();
+    let exe = runtime::Executable::new(
+        plan,
+        &runtime::RuntimeOptions {
+            device: ep.options.device,
+            ..runtime::RuntimeOptions::default()
+        },
+    )
+    .map_err(|e| EpError::new(format!("{fused_name}: preparing the plan failed: {e}")))?;
+    log::info!(
+        "Compile '{fused_name}': {} node(s), {} input(s), {} constant(s), {} output(s), device {:?}",
+        read.graph.nodes.len(),
+        input_map.len(),
+        read.graph.initializers.len(),
+        fused_outputs.len(),
+        ep.options.device
+    );
+    Ok(ComputeInfo::new(
+        *api,
+        fused_name,
+        exe,
+        input_map,
+        input_names,
+        output_dtypes,
+    ))
+}
+
+unsafe extern "system" fn compile(
+    this: *mut OrtEp,
+    graphs: *mut *const OrtGraph,
+    fused_nodes: *mut *const OrtNode,
+    count: usize,
+    node_compute_infos: *mut *mut OrtNodeComputeInfo,
+    _ep_context_nodes: *mut *mut OrtNode,
+) -> StatusPtr {
+    guard("Compile", || {
+        // SAFETY: `this` is our EP.
+        let ep = unsafe { Ep::from_ptr(this) };
+        if count == 0 {
+            return Ok(());
+        }
+        if graphs.is_null() || fused_nodes.is_null() || node_compute_infos.is_null() {
+            return Err(EpError::new("null arrays"));
+        }
+        for i in 0..count {
+            // SAFETY: ORT passes `count` entries in each array.
+            let (graph, fused) = unsafe { (*graphs.add(i), *fused_nodes.add(i)) };
+            let info = compile_one(ep, graph, fused)?;
+            // Written as soon as made: ORT releases every non-null entry, also on failure.
+            // SAFETY: ORT's array of `count` slots.
+            unsafe { *node_compute_infos.add(i) = info.into_raw() };
+        }
+        Ok(())
+    })
+}
+
+unsafe extern "system" fn release_node_compute_infos(
+    _this: *mut OrtEp,
+    infos: *mut *mut OrtNodeComputeInfo,
+    count: usize,
+) {
+    guard_value("ReleaseNodeComputeInfos", (), || {
+        if infos.is_null() {
+            return;
+        }
+        for i in 0..count {
+            // SAFETY: ORT passes back the pointers Compile made.
+            let p = unsafe { *infos.add(i) };
+            if !p.is_null() {
+                // SAFETY: made by ComputeInfo::into_raw, released once.
+                drop(unsafe { ComputeInfo::from_raw(p) });
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use onnx_ir::{DataType, Dim, Node, TensorData};
+
+    use super::*;
+
+    fn fused_graph() -> Graph {
+        let mut g = Graph::default();
+        g.inputs
+            .push(ValueInfo::new("x", DataType::Float, vec![Dim::Fixed(2)]));
+        g.inputs
+            .push(ValueInfo::new("y", DataType::Float, vec![Dim::Fixed(2)]));
+        g.initializers
+            .insert("w".into(), TensorData::from_f32(vec![2], &[1.0, 2.0]));
+        g.nodes.push(Node::new("Add", ["x", "w"], ["a"]));
+        g.nodes.push(Node::new("Mul", ["a", "y"], ["b"]));
+        g.nodes.push(Node::new("Relu", ["b"], ["c"]));
+        g.value_info.insert(
+            "b".into(),
+            ValueInfo::new("b", DataType::Float, vec![Dim::Fixed(2)]),
+        );
+        g.outputs
+            .push(ValueInfo::new("c", DataType::Float, vec![Dim::Fixed(2)]));
+        g
+    }
+
+    #[test]
+    fn interface_follows_the_fused_node() {
+        let mut g = fused_graph();
+        let ins = ["y".to_string(), "w".to_string(), "x".to_string()];
+        let outs = ["b".to_string(), "c".to_string()];
+        align_interface(&mut g, &ins, &outs).unwrap();
+        let names: Vec<&str> = g.inputs.iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(names, ["y", "x"]);
+        let names: Vec<&str> = g.outputs.iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(names, ["b", "c"]);
+        assert_eq!(g.outputs[0].dtype, Some(DataType::Float));
+    }
+
+    #[test]
+    fn unbound_group_inputs_are_an_error() {
+        let mut g = fused_graph();
+        let err = align_interface(&mut g, &["x".to_string()], &["c".to_string()]).unwrap_err();
+        assert!(err.message.contains("'y'"), "{err}");
+    }
+}

@@ -1,0 +1,320 @@
+//! The `OrtEpFactory` implementation: names, devices, EP creation.
+
+use std::ffi::{CStr, c_char};
+use std::ptr;
+
+use ort_sys::{
+    OrtEpDevice, OrtHardwareDevice, OrtHardwareDeviceType, OrtKeyValuePairs, OrtLogger,
+    OrtSessionOptions,
+};
+use runtime::DeviceKind;
+
+use crate::abi::{ORT_ABI_VERSION, OrtDataTransferImpl, OrtEp, OrtEpFactory, StatusPtr};
+use crate::api::{Api, cstr_lossy, to_cstring};
+use crate::ep::Ep;
+use crate::error::{EpError, guard, guard_value};
+use crate::options::EpOptions;
+
+const NAME: &CStr = c"MLXExecutionProvider";
+const VENDOR: &CStr = c"onnxruntime-mlx-ep";
+const VERSION: &CStr = {
+    match CStr::from_bytes_with_nul(concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes()) {
+        Ok(s) => s,
+        Err(_) => c"0.0.0",
+    }
+};
+
+/// The factory ORT gets from `CreateEpFactories`; the vtable is its first field.
+#[repr(C)]
+pub struct Factory {
+    base: OrtEpFactory,
+    api: Api,
+    registered_name: String,
+}
+
+impl Factory {
+    /// A factory bound to the negotiated API.
+    pub fn new(api: Api, registered_name: String) -> Box<Self> {
+        Box::new(Factory {
+            base: OrtEpFactory {
+                ort_version_supported: ORT_ABI_VERSION,
+                GetName: get_name,
+                GetVendor: get_vendor,
+                GetSupportedDevices: get_supported_devices,
+                CreateEp: create_ep,
+                ReleaseEp: release_ep,
+                GetVendorId: get_vendor_id,
+                GetVersion: get_version,
+                ValidateCompiledModelCompatibilityInfo: None,
+                CreateAllocator: None,
+                ReleaseAllocator: None,
+                CreateDataTransfer: create_data_transfer,
+                IsStreamAware: Some(is_stream_aware),
+                CreateSyncStreamForDevice: None,
+            },
+            api,
+            registered_name,
+        })
+    }
+
+    /// The vtable pointer handed to ORT.
+    pub fn into_raw(self: Box<Self>) -> *mut OrtEpFactory {
+        Box::into_raw(self) as *mut OrtEpFactory
+    }
+
+    /// Takes back a pointer from [`Factory::into_raw`].
+    ///
+    /// # Safety
+    /// `p` must come from [`Factory::into_raw`] and not have been freed.
+    pub unsafe fn from_raw(p: *mut OrtEpFactory) -> Box<Self> {
+        // SAFETY: `base` is the first field of a #[repr(C)] struct.
+        unsafe { Box::from_raw(p as *mut Factory) }
+    }
+
+    /// # Safety
+    /// `p` must be a live pointer from [`Factory::into_raw`].
+    unsafe fn from_ptr<'a>(p: *const OrtEpFactory) -> &'a Factory {
+        // SAFETY: as above.
+        unsafe { &*(p as *const Factory) }
+    }
+}
+
+unsafe extern "system" fn get_name(_this: *const OrtEpFactory) -> *const c_char {
+    NAME.as_ptr()
+}
+
+unsafe extern "system" fn get_vendor(_this: *const OrtEpFactory) -> *const c_char {
+    VENDOR.as_ptr()
+}
+
+unsafe extern "system" fn get_version(_this: *const OrtEpFactory) -> *const c_char {
+    VERSION.as_ptr()
+}
+
+unsafe extern "system" fn get_vendor_id(_this: *const OrtEpFactory) -> u32 {
+    0
+}
+
+unsafe extern "system" fn is_stream_aware(_this: *const OrtEpFactory) -> bool {
+    false
+}
+
+unsafe extern "system" fn create_data_transfer(
+    _this: *mut OrtEpFactory,
+    data_transfer: *mut *mut OrtDataTransferImpl,
+) -> StatusPtr {
+    guard("CreateDataTransfer", || {
+        // Inputs and outputs live in CPU memory: ORT needs no copies from this EP.
+        if !data_transfer.is_null() {
+            // SAFETY: ORT's out-pointer.
+            unsafe { *data_transfer = ptr::null_mut() };
+        }
+        Ok(())
+    })
+}
+
+/// `HardwareDevice_Type` read as a plain integer (no trust in unknown enum values).
+fn device_type(api: &Api, device: *const OrtHardwareDevice) -> i32 {
+    // SAFETY: the function returns a C enum (int); reading it as i32 is the same ABI.
+    let f: unsafe extern "system" fn(*const OrtHardwareDevice) -> i32 =
+        unsafe { std::mem::transmute(api.ort.HardwareDevice_Type) };
+    // SAFETY: live device handle from ORT.
+    unsafe { f(device) }
+}
+
+const CPU: i32 = OrtHardwareDeviceType::OrtHardwareDeviceType_CPU as i32;
+const GPU: i32 = OrtHardwareDeviceType::OrtHardwareDeviceType_GPU as i32;
+
+/// Which of the offered hardware devices this EP takes: the first GPU when MLX has a GPU
+/// backend and ORT lists one, otherwise the CPU device(s).
+pub fn choose_devices(types: &[i32], gpu_available: bool) -> (Vec<usize>, DeviceKind) {
+    if gpu_available && let Some(i) = types.iter().position(|&t| t == GPU) {
+        return (vec![i], DeviceKind::Gpu);
+    }
+    let cpus = types
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| **t == CPU)
+        .map(|(i, _)| i)
+        .collect();
+    (cpus, DeviceKind::Cpu)
+}
+
+/// Builds an `OrtKeyValuePairs` (released by the caller).
+fn key_values(api: &Api, pairs: &[(&str, &str)]) -> *mut OrtKeyValuePairs {
+    let mut kv: *mut OrtKeyValuePairs = ptr::null_mut();
+    // SAFETY: ORT allocates the instance.
+    unsafe { (api.ort.CreateKeyValuePairs)(&mut kv) };
+    for (k, v) in pairs {
+        let (k, v) = (to_cstring(k), to_cstring(v));
+        // SAFETY: ORT copies both strings.
+        unsafe { (api.ort.AddKeyValuePair)(kv, k.as_ptr(), v.as_ptr()) };
+    }
+    kv
+}
+
+unsafe extern "system" fn get_supported_devices(
+    this: *mut OrtEpFactory,
+    devices: *const *const OrtHardwareDevice,
+    num_devices: usize,
+    ep_devices: *mut *mut OrtEpDevice,
+    max_ep_devices: usize,
+    num_ep_devices: *mut usize,
+) -> StatusPtr {
+    guard("GetSupportedDevices", || {
+        if num_ep_devices.is_null() {
+            return Err(EpError::new("null num_ep_devices"));
+        }
+        // SAFETY: ORT's out-pointer.
+        unsafe { *num_ep_devices = 0 };
+        // SAFETY: `this` is our factory.
+        let factory = unsafe { Factory::from_ptr(this) };
+        let api = &factory.api;
+        let devices: &[*const OrtHardwareDevice] = if devices.is_null() || num_devices == 0 {
+            &[]
+        } else {
+            // SAFETY: ORT passes `num_devices` handles.
+            unsafe { std::slice::from_raw_parts(devices, num_devices) }
+        };
+        let types: Vec<i32> = devices.iter().map(|&d| device_type(api, d)).collect();
+        let (chosen, kind) = choose_devices(&types, runtime::gpu_available());
+        let kind_name = match kind {
+            DeviceKind::Cpu => "cpu",
+            DeviceKind::Gpu => "gpu",
+        };
+        // ORT adds the EP version (from GetVersion) itself and refuses metadata that has one.
+        let metadata = key_values(api, &[("mlx_device", kind_name)]);
+        let mut n = 0usize;
+        let mut result = Ok(());
+        for &i in chosen.iter().take(max_ep_devices) {
+            let mut out: *mut OrtEpDevice = ptr::null_mut();
+            // SAFETY: live handles; ORT copies the metadata.
+            let st = unsafe {
+                (api.ep.CreateEpDevice)(this, devices[i], metadata, ptr::null(), &mut out)
+            };
+            if let Err(e) = api.check(ort_sys::OrtStatusPtr(st), "CreateEpDevice") {
+                result = Err(e);
+                break;
+            }
+            // SAFETY: ORT's array has `max_ep_devices` slots; ORT owns what we put there.
+            unsafe { *ep_devices.add(n) = out };
+            n += 1;
+        }
+        // SAFETY: we created it above.
+        unsafe { (api.ort.ReleaseKeyValuePairs)(metadata) };
+        // SAFETY: ORT's out-pointer.
+        unsafe { *num_ep_devices = n };
+        log::info!(
+            "{}: offering {n} {kind_name} device(s) of {} listed",
+            factory.registered_name,
+            devices.len()
+        );
+        result
+    })
+}
+
+/// Reads every session config entry as (key, value) strings.
+fn session_config(
+    api: &Api,
+    options: *const OrtSessionOptions,
+) -> Result<Vec<(String, String)>, EpError> {
+    if options.is_null() {
+        return Ok(Vec::new());
+    }
+    let mut kv: *mut OrtKeyValuePairs = ptr::null_mut();
+    api.check(
+        // SAFETY: live session options; we release the copy below.
+        unsafe { (api.ort.GetSessionOptionsConfigEntries)(options, &mut kv) },
+        "GetSessionOptionsConfigEntries",
+    )?;
+    if kv.is_null() {
+        return Ok(Vec::new());
+    }
+    let mut keys: *const *const c_char = ptr::null();
+    let mut values: *const *const c_char = ptr::null();
+    let mut n = 0usize;
+    // SAFETY: live instance; arrays are owned by it.
+    unsafe { (api.ort.GetKeyValuePairs)(kv, &mut keys, &mut values, &mut n) };
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        // SAFETY: `n` entries in each array, NUL-terminated strings.
+        unsafe { out.push((cstr_lossy(*keys.add(i)), cstr_lossy(*values.add(i)))) };
+    }
+    // SAFETY: we own the instance.
+    unsafe { (api.ort.ReleaseKeyValuePairs)(kv) };
+    Ok(out)
+}
+
+unsafe extern "system" fn create_ep(
+    this: *mut OrtEpFactory,
+    devices: *const *const OrtHardwareDevice,
+    _ep_metadata_pairs: *const *const OrtKeyValuePairs,
+    num_devices: usize,
+    session_options: *const OrtSessionOptions,
+    _logger: *const OrtLogger,
+    ep: *mut *mut OrtEp,
+) -> StatusPtr {
+    guard("CreateEp", || {
+        if ep.is_null() {
+            return Err(EpError::new("null ep out-pointer"));
+        }
+        // SAFETY: ORT's out-pointer.
+        unsafe { *ep = ptr::null_mut() };
+        // SAFETY: `this` is our factory.
+        let factory = unsafe { Factory::from_ptr(this) };
+        let api = factory.api;
+        let devices: &[*const OrtHardwareDevice] = if devices.is_null() || num_devices == 0 {
+            &[]
+        } else {
+            // SAFETY: ORT passes `num_devices` handles.
+            unsafe { std::slice::from_raw_parts(devices, num_devices) }
+        };
+        let default_device = if devices.iter().any(|&d| device_type(&api, d) == GPU) {
+            DeviceKind::Gpu
+        } else {
+            DeviceKind::Cpu
+        };
+        let config = session_config(&api, session_options)?;
+        let options = EpOptions::from_config(
+            config.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+            default_device,
+            runtime::gpu_available(),
+        )?;
+        log::info!("CreateEp: {options:?}");
+        let instance = Ep::new(api, options);
+        // SAFETY: ORT's out-pointer; ORT gives it back through ReleaseEp.
+        unsafe { *ep = instance.into_raw() };
+        Ok(())
+    })
+}
+
+unsafe extern "system" fn release_ep(_this: *mut OrtEpFactory, ep: *mut OrtEp) {
+    guard_value("ReleaseEp", (), || {
+        if !ep.is_null() {
+            // SAFETY: made by create_ep, released once by ORT.
+            drop(unsafe { Ep::from_raw(ep) });
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_choice() {
+        let (chosen, kind) = choose_devices(&[GPU, CPU], false);
+        assert_eq!((chosen, kind), (vec![1], DeviceKind::Cpu));
+        let (chosen, kind) = choose_devices(&[CPU, GPU], true);
+        assert_eq!((chosen, kind), (vec![1], DeviceKind::Gpu));
+        let (chosen, kind) = choose_devices(&[CPU, 2], true);
+        assert_eq!((chosen, kind), (vec![0], DeviceKind::Cpu));
+        assert!(choose_devices(&[], true).0.is_empty());
+    }
+
+    #[test]
+    fn names_are_c_strings() {
+        assert_eq!(NAME.to_str().unwrap(), crate::options::EP_NAME);
+        assert_eq!(VERSION.to_str().unwrap(), env!("CARGO_PKG_VERSION"));
+    }
+}

@@ -1,0 +1,222 @@
+//! Op families. Each module registers its ops with one line per (op, opset range):
+//! `r.op(domain, op_type, since, until, claim, lower)`.
+
+use onnx_ir::{Attribute, DataType, Node};
+
+use crate::plan::{LowerCtx, PlanError};
+use crate::registry::{Decline, Registry};
+use crate::step::{BinaryOp, Slot, Step, UnaryOp};
+
+pub mod elementwise;
+pub mod matmul;
+pub mod nn;
+pub mod norm;
+pub mod reduce;
+pub mod shape;
+
+/// The newest opset every open-ended registration covers.
+pub(crate) const MAX: i64 = crate::registry::MAX_KNOWN_OPSET;
+
+/// Registers every op family.
+pub fn register_all(r: &mut Registry) {
+    elementwise::register(r);
+    shape::register(r);
+    matmul::register(r);
+    reduce::register(r);
+    norm::register(r);
+    nn::register(r);
+}
+
+/// DataType::Float types MLX computes on every device.
+pub(crate) const FLOATS: &[DataType] = &[DataType::Float, DataType::Float16, DataType::BFloat16];
+/// Numeric types: floats and all integers.
+pub(crate) const NUMERIC: &[DataType] = &[
+    DataType::Float,
+    DataType::Float16,
+    DataType::BFloat16,
+    DataType::Int8,
+    DataType::Int16,
+    DataType::Int32,
+    DataType::Int64,
+    DataType::Uint8,
+    DataType::Uint16,
+    DataType::Uint32,
+    DataType::Uint64,
+];
+/// Floats and signed integers.
+pub(crate) const SIGNED_NUMERIC: &[DataType] = &[
+    DataType::Float,
+    DataType::Float16,
+    DataType::BFloat16,
+    DataType::Int8,
+    DataType::Int16,
+    DataType::Int32,
+    DataType::Int64,
+];
+/// Every type MLX stores exactly (numeric and bool).
+pub(crate) const DATA: &[DataType] = &[
+    DataType::Float,
+    DataType::Float16,
+    DataType::BFloat16,
+    DataType::Int8,
+    DataType::Int16,
+    DataType::Int32,
+    DataType::Int64,
+    DataType::Uint8,
+    DataType::Uint16,
+    DataType::Uint32,
+    DataType::Uint64,
+    DataType::Bool,
+];
+/// Integer types for indices.
+pub(crate) const INDEX: &[DataType] = &[DataType::Int32, DataType::Int64];
+
+// ---------------------------------------------------------------------------------------------
+// Attribute access.
+
+/// An `INT` attribute.
+pub(crate) fn attr_int(node: &Node, name: &str) -> Result<Option<i64>, String> {
+    match node.attributes.get(name) {
+        None => Ok(None),
+        Some(Attribute::Int(v)) => Ok(Some(*v)),
+        Some(a) => Err(format!(
+            "{}: attribute '{name}' is {}, expected INT",
+            node.op_type,
+            a.kind()
+        )),
+    }
+}
+
+/// A `FLOAT` attribute.
+pub(crate) fn attr_float(node: &Node, name: &str) -> Result<Option<f32>, String> {
+    match node.attributes.get(name) {
+        None => Ok(None),
+        Some(Attribute::Float(v)) => Ok(Some(*v)),
+        Some(a) => Err(format!(
+            "{}: attribute '{name}' is {}, expected FLOAT",
+            node.op_type,
+            a.kind()
+        )),
+    }
+}
+
+/// An `INTS` attribute.
+pub(crate) fn attr_ints(node: &Node, name: &str) -> Result<Option<Vec<i64>>, String> {
+    match node.attributes.get(name) {
+        None => Ok(None),
+        Some(Attribute::Ints(v)) => Ok(Some(v.clone())),
+        Some(a) => Err(format!(
+            "{}: attribute '{name}' is {}, expected INTS",
+            node.op_type,
+            a.kind()
+        )),
+    }
+}
+
+/// A `STRING` attribute as UTF-8.
+pub(crate) fn attr_str(node: &Node, name: &str) -> Result<Option<String>, String> {
+    match node.attributes.get(name) {
+        None => Ok(None),
+        Some(Attribute::String(v)) => Ok(Some(String::from_utf8_lossy(v).into_owned())),
+        Some(a) => Err(format!(
+            "{}: attribute '{name}' is {}, expected STRING",
+            node.op_type,
+            a.kind()
+        )),
+    }
+}
+
+/// Turns `Result<T, String>` into a decline or a plan error.
+pub(crate) trait OrFail<T> {
+    /// As a [`Decline`].
+    fn or_decline(self) -> Result<T, Decline>;
+    /// As [`PlanError::Invalid`] for `node`.
+    fn or_invalid(self, node: &Node) -> Result<T, PlanError>;
+}
+
+impl<T> OrFail<T> for Result<T, String> {
+    fn or_decline(self) -> Result<T, Decline> {
+        self.map_err(Decline::new)
+    }
+    fn or_invalid(self, node: &Node) -> Result<T, PlanError> {
+        self.map_err(|reason| PlanError::Invalid {
+            node: node.name.clone(),
+            reason,
+        })
+    }
+}
+
+/// Declines when output `i` is requested (an optional output the lowering does not produce).
+pub(crate) fn no_output(node: &Node, i: usize, what: &str) -> Result<(), Decline> {
+    if node.output(i).is_some() {
+        return Err(Decline::new(format!(
+            "{}: the optional output {i} ({what}) is not supported",
+            node.op_type
+        )));
+    }
+    Ok(())
+}
+
+/// Declines unless every listed input has the same dtype as input 0, in `allowed`.
+pub(crate) fn same_dtypes(
+    ctx: &crate::ClaimCtx,
+    node: &Node,
+    inputs: std::ops::Range<usize>,
+    allowed: &[DataType],
+) -> Result<DataType, Decline> {
+    let first = ctx.expect_dtype(node, inputs.start, allowed)?;
+    for i in inputs.skip(1) {
+        if node.input(i).is_none() {
+            continue;
+        }
+        let dt = ctx.input_dtype(node, i)?;
+        if dt != first {
+            return Err(Decline::new(format!(
+                "{}: input {i} is {dt} but input 0 is {first}",
+                node.op_type
+            )));
+        }
+    }
+    Ok(first)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Emission helpers.
+
+impl LowerCtx<'_> {
+    /// Emits `mlx_<op>(x)` into a new temporary.
+    pub(crate) fn unary(&mut self, op: UnaryOp, x: Slot, dtype: DataType) -> Slot {
+        let out = self.temp(dtype);
+        self.push(Step::Unary { op, x, out });
+        out
+    }
+
+    /// Emits `mlx_<op>(a, b)` into a new temporary.
+    pub(crate) fn binary(&mut self, op: BinaryOp, a: Slot, b: Slot, dtype: DataType) -> Slot {
+        let out = self.temp(if op.returns_bool() {
+            DataType::Bool
+        } else {
+            dtype
+        });
+        self.push(Step::Binary { op, a, b, out });
+        out
+    }
+
+    /// Emits `mlx_astype` unless `x` already has `dtype`.
+    pub(crate) fn cast(&mut self, x: Slot, from: DataType, to: DataType) -> Slot {
+        if from == to {
+            return x;
+        }
+        let out = self.temp(to);
+        self.push(Step::AsType { x, dtype: to, out });
+        out
+    }
+}
+
+/// For composites computed in float32 on half inputs: the compute dtype.
+pub(crate) fn compute_dtype(dt: DataType) -> DataType {
+    match dt {
+        DataType::Float16 | DataType::BFloat16 => DataType::Float,
+        d => d,
+    }
+}

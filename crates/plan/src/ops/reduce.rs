@@ -1,0 +1,228 @@
+//! Reductions: ReduceMean/Sum/Max/Min/Prod/SumSquare/L1/L2/LogSum/LogSumExp, ArgMax/ArgMin.
+
+use onnx_ir::{DataType, Node};
+
+use super::*;
+use crate::decline;
+use crate::plan::invalid;
+use crate::registry::ClaimCtx;
+use crate::step::{ArgReduceOp, ReduceAxes, ReduceOp, UnaryOp as U, normalize_axes};
+
+/// Registers the reduction family.
+pub fn register(r: &mut Registry) {
+    for op in [
+        "ReduceMean",
+        "ReduceSum",
+        "ReduceMax",
+        "ReduceMin",
+        "ReduceProd",
+        "ReduceSumSquare",
+        "ReduceL1",
+        "ReduceL2",
+        "ReduceLogSum",
+        "ReduceLogSumExp",
+    ] {
+        r.op("", op, 1, MAX, claim_reduce, lower_reduce);
+    }
+    r.op("", "ArgMax", 1, MAX, claim_arg, lower_arg);
+    r.op("", "ArgMin", 1, MAX, claim_arg, lower_arg);
+}
+
+/// The opset from which `op` takes its axes as an input.
+fn axes_input_since(op: &str) -> i64 {
+    if op == "ReduceSum" { 13 } else { 18 }
+}
+
+fn claim_reduce(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
+    let allowed: &[DataType] = match node.op_type.as_str() {
+        "ReduceMean" | "ReduceLogSumExp" | "ReduceLogSum" | "ReduceL2" => FLOATS,
+        "ReduceMax" | "ReduceMin" => DATA,
+        _ => NUMERIC,
+    };
+    let dt = ctx.expect_dtype(node, 0, allowed)?;
+    if dt == DataType::Bool && ctx.opset < 20 {
+        decline!("{}: bool input needs opset 20", node.op_type);
+    }
+    if ctx.opset >= axes_input_since(&node.op_type) && node.input(1).is_some() {
+        ctx.expect_dtype(node, 1, &[DataType::Int64])?;
+    }
+    Ok(())
+}
+
+/// The reduction axes of a Reduce* node; `None` means identity (noop_with_empty_axes).
+pub(crate) fn reduce_axes(
+    ctx: &mut LowerCtx,
+    node: &Node,
+) -> Result<Option<ReduceAxes>, PlanError> {
+    let rank = ctx.input_rank(node, 0);
+    let norm = |v: Vec<i64>| -> Result<ReduceAxes, PlanError> {
+        Ok(ReduceAxes::Static(match rank {
+            Some(r) => normalize_axes(&v, r)
+                .or_invalid(node)?
+                .into_iter()
+                .map(|a| a as i64)
+                .collect(),
+            None => v,
+        }))
+    };
+    if ctx.opset() < axes_input_since(&node.op_type) {
+        return Ok(Some(match attr_ints(node, "axes").or_invalid(node)? {
+            Some(v) if !v.is_empty() => norm(v)?,
+            _ => ReduceAxes::All,
+        }));
+    }
+    let noop = attr_int(node, "noop_with_empty_axes")
+        .or_invalid(node)?
+        .unwrap_or(0)
+        != 0;
+    if node.input(1).is_none() {
+        return Ok(if noop { None } else { Some(ReduceAxes::All) });
+    }
+    if let Some(t) = ctx.const_input(node, 1) {
+        let v = t.to_i64_vec().unwrap_or_default();
+        return Ok(match (v.is_empty(), noop) {
+            (true, true) => None,
+            (true, false) => Some(ReduceAxes::All),
+            _ => Some(norm(v)?),
+        });
+    }
+    let axes = ctx.input(node, 1)?;
+    Ok(Some(ReduceAxes::Dynamic {
+        axes,
+        noop_with_empty_axes: noop,
+    }))
+}
+
+fn reduce_step(
+    ctx: &mut LowerCtx,
+    op: ReduceOp,
+    x: Slot,
+    axes: ReduceAxes,
+    keepdims: bool,
+    dtype: DataType,
+) -> Slot {
+    let out = ctx.temp(dtype);
+    ctx.push(Step::Reduce {
+        op,
+        x,
+        axes,
+        keepdims,
+        out,
+    });
+    out
+}
+
+fn lower_reduce(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
+    let dt = ctx.input_dtype(node, 0)?;
+    let keepdims = attr_int(node, "keepdims").or_invalid(node)?.unwrap_or(1) != 0;
+    let x = ctx.input(node, 0)?;
+    let Some(axes) = reduce_axes(ctx, node)? else {
+        // noop_with_empty_axes with no axes: the input unchanged (sum-square etc. still apply
+        // their elementwise part, as the reference does).
+        let out = match node.op_type.as_str() {
+            "ReduceSumSquare" => ctx.unary(U::Square, x, dt),
+            "ReduceL1" => ctx.unary(U::Abs, x, dt),
+            "ReduceL2" => {
+                let sq = ctx.unary(U::Square, x, dt);
+                ctx.unary(U::Sqrt, sq, dt)
+            }
+            "ReduceLogSum" => ctx.unary(U::Log, x, dt),
+            _ => {
+                ctx.alias(node, 0, x);
+                return Ok(());
+            }
+        };
+        return ctx.finish(node, 0, out, dt);
+    };
+    // MLX sums and products of small integer types may widen; cast back to the ONNX type.
+    let acc_dt = match dt {
+        DataType::Int8 | DataType::Int16 | DataType::Uint8 | DataType::Uint16 => DataType::Int32,
+        d => d,
+    };
+    let widen = |ctx: &mut LowerCtx, s: Slot| ctx.cast(s, dt, acc_dt);
+    let out = match node.op_type.as_str() {
+        "ReduceMean" => reduce_step(ctx, ReduceOp::Mean, x, axes, keepdims, dt),
+        "ReduceLogSumExp" => reduce_step(ctx, ReduceOp::LogSumExp, x, axes, keepdims, dt),
+        "ReduceMax" if dt == DataType::Bool => {
+            reduce_step(ctx, ReduceOp::Any, x, axes, keepdims, dt)
+        }
+        "ReduceMin" if dt == DataType::Bool => {
+            reduce_step(ctx, ReduceOp::All, x, axes, keepdims, dt)
+        }
+        "ReduceMax" => reduce_step(ctx, ReduceOp::Max, x, axes, keepdims, dt),
+        "ReduceMin" => reduce_step(ctx, ReduceOp::Min, x, axes, keepdims, dt),
+        "ReduceSum" => {
+            let w = widen(ctx, x);
+            let s = reduce_step(ctx, ReduceOp::Sum, w, axes, keepdims, acc_dt);
+            ctx.cast(s, acc_dt, dt)
+        }
+        "ReduceProd" => {
+            let w = widen(ctx, x);
+            let s = reduce_step(ctx, ReduceOp::Prod, w, axes, keepdims, acc_dt);
+            ctx.cast(s, acc_dt, dt)
+        }
+        "ReduceSumSquare" => {
+            let sq = ctx.unary(U::Square, x, dt);
+            let w = widen(ctx, sq);
+            let s = reduce_step(ctx, ReduceOp::Sum, w, axes, keepdims, acc_dt);
+            ctx.cast(s, acc_dt, dt)
+        }
+        "ReduceL1" => {
+            let a = ctx.unary(U::Abs, x, dt);
+            let w = widen(ctx, a);
+            let s = reduce_step(ctx, ReduceOp::Sum, w, axes, keepdims, acc_dt);
+            ctx.cast(s, acc_dt, dt)
+        }
+        "ReduceL2" => {
+            let sq = ctx.unary(U::Square, x, dt);
+            let s = reduce_step(ctx, ReduceOp::Sum, sq, axes, keepdims, dt);
+            ctx.unary(U::Sqrt, s, dt)
+        }
+        "ReduceLogSum" => {
+            let s = reduce_step(ctx, ReduceOp::Sum, x, axes, keepdims, dt);
+            ctx.unary(U::Log, s, dt)
+        }
+        other => invalid!(node, "no reduction lowering for {other}"),
+    };
+    ctx.finish(node, 0, out, dt)
+}
+
+fn claim_arg(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
+    ctx.expect_dtype(node, 0, NUMERIC)?;
+    if attr_int(node, "select_last_index")
+        .or_decline()?
+        .unwrap_or(0)
+        != 0
+    {
+        decline!(
+            "{}: select_last_index=1 is not claimed (MLX returns the first index)",
+            node.op_type
+        );
+    }
+    Ok(())
+}
+
+fn lower_arg(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
+    let axis = attr_int(node, "axis").or_invalid(node)?.unwrap_or(0);
+    let axis = match ctx.input_rank(node, 0) {
+        Some(r) => crate::step::normalize_axis(axis, r).or_invalid(node)? as i64,
+        None => axis,
+    };
+    let keepdims = attr_int(node, "keepdims").or_invalid(node)?.unwrap_or(1) != 0;
+    let op = if node.op_type == "ArgMax" {
+        ArgReduceOp::ArgMax
+    } else {
+        ArgReduceOp::ArgMin
+    };
+    let x = ctx.input(node, 0)?;
+    let idx = ctx.temp(DataType::Uint32);
+    ctx.push(Step::ArgReduce {
+        op,
+        x,
+        axis: axis as i32,
+        keepdims,
+        out: idx,
+    });
+    let out = ctx.cast(idx, DataType::Uint32, DataType::Int64);
+    ctx.finish(node, 0, out, DataType::Int64)
+}

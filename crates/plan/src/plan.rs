@@ -1,0 +1,744 @@
+//! The plan: slots, constants, steps; and the builder that lowers a fused cluster into one.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use onnx_ir::{DataType, Dim, Graph, IrError, Node, TensorData};
+
+use crate::host::{HOST_OPS, HostNode, HostProgram, host_dtype};
+use crate::registry::{ClaimCtx, Registry};
+use crate::step::{ShapeSource, Slot, Step};
+
+/// A graph input of the plan: the runtime binds the ORT input array to `slot`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanInput {
+    /// The slot the input array is bound to.
+    pub slot: Slot,
+    /// The ONNX value name.
+    pub name: String,
+    /// The element type.
+    pub dtype: DataType,
+    /// The declared shape, when its rank is known.
+    pub shape: Option<Vec<Dim>>,
+}
+
+/// What the planner knows about a slot, for diagnostics and snapshots.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SlotInfo {
+    /// The ONNX value name it holds, or a synthetic name for temporaries.
+    pub name: String,
+    /// Its element type.
+    pub dtype: DataType,
+}
+
+/// Which steps one ONNX node became (for diagnostics and snapshots).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeSpan {
+    /// Node name.
+    pub name: String,
+    /// Op type.
+    pub op_type: String,
+    /// Indices into `Plan::steps`; empty when the node was folded, aliased or moved to the
+    /// host program.
+    pub steps: std::ops::Range<usize>,
+    /// True when the node runs in the host program.
+    pub on_host: bool,
+}
+
+/// How a plan may be compiled (`mlx_compile`) by the runtime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum CompileClass {
+    /// Every step is shape-polymorphic: one shapeless compiled closure serves all shapes.
+    Shapeless,
+    /// Steps resolve attributes from input shapes: compile per input-shape key.
+    ShapeKeyed,
+    /// Some step reads values back to the host: run eagerly (or split at the host reads).
+    Eager,
+}
+
+/// A lowered cluster: the runtime binds inputs and constants to slots, runs the steps in
+/// order, and returns the output slots' arrays.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// Graph inputs, in the cluster graph's input order.
+    pub inputs: Vec<PlanInput>,
+    /// Slots of the graph outputs, in the cluster graph's output order.
+    pub outputs: Vec<Slot>,
+    /// Names of the graph outputs (parallel to `outputs`).
+    pub output_names: Vec<String>,
+    /// Constant arrays to create once (initializers, folded values, scalars).
+    pub constants: Vec<(Slot, TensorData)>,
+    /// The steps, in execution order.
+    pub steps: Vec<Step>,
+    /// The number of slots (every slot index is below it).
+    pub num_slots: usize,
+    /// Per-slot information, indexed by slot.
+    pub slots: Vec<SlotInfo>,
+    /// Names of the initializers each constant slot came from (`None` for synthesised ones),
+    /// parallel to `constants`; lets the runtime share initializer memory across sessions.
+    pub constant_sources: Vec<Option<String>>,
+    /// The nodes lowered, in order, with the steps each became.
+    pub nodes: Vec<NodeSpan>,
+    /// Shape arithmetic the runtime evaluates on the host from input shapes before the steps
+    /// (`host.run(&input_shapes)` gives `(slot, tensor)` pairs to bind); empty for most plans.
+    pub host: HostProgram,
+}
+
+impl Plan {
+    /// The most permissive compile mode the steps allow.
+    pub fn compile_class(&self) -> CompileClass {
+        let host_bound: std::collections::HashSet<Slot> =
+            self.host.outputs.iter().map(|(_, s)| *s).collect();
+        let mut class = if self.host.is_empty() {
+            CompileClass::Shapeless
+        } else {
+            CompileClass::ShapeKeyed
+        };
+        for s in &self.steps {
+            if s.host_reads().iter().any(|r| !host_bound.contains(r)) {
+                return CompileClass::Eager;
+            }
+            if !s.is_shapeless() {
+                class = CompileClass::ShapeKeyed;
+            }
+        }
+        class
+    }
+
+    /// For each slot, the index of the last step reading it (`None` when no step does);
+    /// output slots are never freed by the runtime regardless.
+    pub fn last_uses(&self) -> Vec<Option<usize>> {
+        let mut last = vec![None; self.num_slots];
+        for (i, s) in self.steps.iter().enumerate() {
+            for slot in s.inputs() {
+                last[slot.index()] = Some(i);
+            }
+        }
+        last
+    }
+
+    /// The dtype of a slot.
+    pub fn dtype(&self, slot: Slot) -> DataType {
+        self.slots[slot.index()].dtype
+    }
+}
+
+impl fmt::Display for Plan {
+    /// A readable listing: inputs, constants, then each node's steps, then outputs.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for i in &self.inputs {
+            writeln!(f, "input  {:?} {} : {}", i.slot, i.name, i.dtype)?;
+        }
+        for (slot, t) in &self.constants {
+            write!(
+                f,
+                "const  {slot:?} {} : {} {:?}",
+                self.slots[slot.index()].name,
+                t.dtype,
+                t.dims
+            )?;
+            if t.numel() <= 8 {
+                write!(f, " = {}", ValuesDisplay(t))?;
+            }
+            writeln!(f)?;
+        }
+        let mut next = 0;
+        for n in &self.nodes {
+            if n.on_host {
+                writeln!(f, "# {} ({}): host program", n.name, n.op_type)?;
+                continue;
+            }
+            if n.steps.is_empty() {
+                writeln!(
+                    f,
+                    "# {} ({}): no steps (folded or aliased)",
+                    n.name, n.op_type
+                )?;
+                continue;
+            }
+            writeln!(f, "# {} ({})", n.name, n.op_type)?;
+            for s in &self.steps[n.steps.clone()] {
+                self.write_step(f, s)?;
+            }
+            next = n.steps.end;
+        }
+        for s in &self.steps[next.min(self.steps.len())..] {
+            self.write_step(f, s)?;
+        }
+        for (slot, name) in self.outputs.iter().zip(&self.output_names) {
+            writeln!(f, "output {slot:?} {name}")?;
+        }
+        for (name, slot) in &self.host.outputs {
+            writeln!(f, "host   {slot:?} {name} (computed from input shapes)")?;
+        }
+        Ok(())
+    }
+}
+
+impl Plan {
+    fn write_step(&self, f: &mut fmt::Formatter<'_>, s: &Step) -> fmt::Result {
+        let outs: Vec<String> = s
+            .outputs()
+            .iter()
+            .map(|o| format!("{o:?}:{}", self.slots[o.index()].dtype))
+            .collect();
+        writeln!(f, "  {} = {:?}", outs.join(", "), StepBody(s))
+    }
+}
+
+/// Short element listing of a small constant.
+struct ValuesDisplay<'a>(&'a TensorData);
+
+impl fmt::Display for ValuesDisplay<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let t = self.0;
+        let items: Vec<String> = if t.dtype.is_float() {
+            t.to_f64_vec()
+                .unwrap_or_default()
+                .iter()
+                .map(|&v| format!("{}", v as f32))
+                .collect()
+        } else {
+            t.to_i64_vec()
+                .unwrap_or_default()
+                .iter()
+                .map(|v| v.to_string())
+                .collect()
+        };
+        write!(f, "[{}]", items.join(", "))
+    }
+}
+
+/// Debug of a step without its `out` field noise: the variant and its fields.
+struct StepBody<'a>(&'a Step);
+
+impl fmt::Debug for StepBody<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = format!("{:?}", self.0);
+        // Drop the trailing `, out: %N` / `, outs: [...]` the listing shows on the left.
+        let trimmed = match s.rfind(", out") {
+            Some(p) => format!("{} }}", &s[..p]),
+            None => s,
+        };
+        f.write_str(&trimmed)
+    }
+}
+
+/// Why a cluster could not be planned.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PlanError {
+    /// A node the registry does not (or no longer) claim.
+    Unsupported {
+        /// Node name.
+        node: String,
+        /// The decline reason.
+        reason: String,
+    },
+    /// A node whose inputs, attributes or types are invalid or inconsistent.
+    Invalid {
+        /// Node name.
+        node: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The graph itself is malformed.
+    Graph(IrError),
+    /// A graph output nothing produces.
+    MissingOutput(String),
+}
+
+impl fmt::Display for PlanError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PlanError::Unsupported { node, reason } => {
+                write!(f, "node '{node}' is not supported: {reason}")
+            }
+            PlanError::Invalid { node, reason } => write!(f, "node '{node}': {reason}"),
+            PlanError::Graph(e) => write!(f, "{e}"),
+            PlanError::MissingOutput(o) => write!(f, "graph output '{o}' is not produced"),
+        }
+    }
+}
+
+impl std::error::Error for PlanError {}
+
+impl From<IrError> for PlanError {
+    fn from(e: IrError) -> Self {
+        PlanError::Graph(e)
+    }
+}
+
+/// Returns an `Invalid` error for `node` with a formatted reason.
+macro_rules! invalid {
+    ($node:expr, $($arg:tt)*) => {
+        return Err($crate::plan::PlanError::Invalid {
+            node: $node.name.clone(),
+            reason: format!($($arg)*),
+        })
+    };
+}
+pub(crate) use invalid;
+
+/// The lowering context: maps ONNX values to slots and collects steps and constants.
+pub struct LowerCtx<'g> {
+    graph: &'g Graph,
+    opset: i64,
+    node_name: String,
+    values: HashMap<String, Slot>,
+    /// Values known on the host: initializers and folded results, by ONNX name.
+    known: HashMap<String, TensorData>,
+    slots: Vec<SlotInfo>,
+    constants: Vec<(Slot, TensorData)>,
+    constant_sources: Vec<Option<String>>,
+    scalar_cache: HashMap<(DataType, u64), Slot>,
+    steps: Vec<Step>,
+    temp_counter: usize,
+    /// Values the host program computes, with their dtypes.
+    host_values: HashMap<String, DataType>,
+    host: HostProgram,
+}
+
+impl<'g> LowerCtx<'g> {
+    fn new(graph: &'g Graph) -> Self {
+        LowerCtx {
+            graph,
+            opset: 0,
+            node_name: String::new(),
+            values: HashMap::new(),
+            known: HashMap::new(),
+            slots: Vec::new(),
+            constants: Vec::new(),
+            constant_sources: Vec::new(),
+            scalar_cache: HashMap::new(),
+            steps: Vec::new(),
+            temp_counter: 0,
+            host_values: HashMap::new(),
+            host: HostProgram::default(),
+        }
+    }
+
+    /// The graph being lowered.
+    pub fn graph(&self) -> &'g Graph {
+        self.graph
+    }
+
+    /// The opset version in effect for the current node.
+    pub fn opset(&self) -> i64 {
+        self.opset
+    }
+
+    fn new_slot(&mut self, name: String, dtype: DataType) -> Slot {
+        let s = Slot(self.slots.len() as u32);
+        self.slots.push(SlotInfo { name, dtype });
+        s
+    }
+
+    /// A fresh temporary slot of `dtype`.
+    pub fn temp(&mut self, dtype: DataType) -> Slot {
+        self.temp_counter += 1;
+        let name = format!("{}#t{}", self.node_name, self.temp_counter);
+        self.new_slot(name, dtype)
+    }
+
+    /// Appends a step.
+    pub fn push(&mut self, step: Step) {
+        self.steps.push(step);
+    }
+
+    /// A constant slot holding `t` (materialised once).
+    pub fn constant(&mut self, t: TensorData) -> Slot {
+        let name = format!("{}#c{}", self.node_name, self.constants.len());
+        let s = self.new_slot(name, t.dtype);
+        self.constants.push((s, t));
+        self.constant_sources.push(None);
+        s
+    }
+
+    /// A constant slot holding `t`, derived from initializer `source` (e.g. pre-transposed).
+    pub fn constant_from(&mut self, source: &str, t: TensorData) -> Slot {
+        let s = self.new_slot(format!("{source}'"), t.dtype);
+        self.constants.push((s, t));
+        self.constant_sources.push(None);
+        s
+    }
+
+    /// A scalar constant of `dtype` (shared between uses).
+    pub fn scalar(&mut self, dtype: DataType, v: f64) -> Result<Slot, PlanError> {
+        if let Some(&s) = self.scalar_cache.get(&(dtype, v.to_bits())) {
+            return Ok(s);
+        }
+        let t = crate::consts::scalar(dtype, v).ok_or_else(|| PlanError::Invalid {
+            node: self.node_name.clone(),
+            reason: format!("cannot make a {dtype} scalar"),
+        })?;
+        let s = self.new_slot(format!("scalar({v}:{dtype})"), dtype);
+        self.constants.push((s, t));
+        self.constant_sources.push(None);
+        self.scalar_cache.insert((dtype, v.to_bits()), s);
+        Ok(s)
+    }
+
+    /// The slot holding value `name`, materialising an initializer or folded constant.
+    pub fn value(&mut self, name: &str) -> Result<Slot, PlanError> {
+        if let Some(&s) = self.values.get(name) {
+            return Ok(s);
+        }
+        if let Some(t) = self.known.get(name).cloned() {
+            let s = self.new_slot(name.to_string(), t.dtype);
+            self.constants.push((s, t));
+            self.constant_sources.push(
+                self.graph
+                    .initializers
+                    .contains_key(name)
+                    .then(|| name.to_string()),
+            );
+            self.values.insert(name.to_string(), s);
+            return Ok(s);
+        }
+        if let Some(&dt) = self.host_values.get(name) {
+            let s = self.new_slot(name.to_string(), dt);
+            self.host.outputs.push((name.to_string(), s));
+            self.values.insert(name.to_string(), s);
+            return Ok(s);
+        }
+        Err(PlanError::Invalid {
+            node: self.node_name.clone(),
+            reason: format!("reads '{name}', which is not available"),
+        })
+    }
+
+    /// The slot of required input `i`.
+    pub fn input(&mut self, node: &Node, i: usize) -> Result<Slot, PlanError> {
+        match node.input(i) {
+            Some(n) => self.value(n),
+            None => invalid!(node, "required input {i} is missing"),
+        }
+    }
+
+    /// The slot of optional input `i`, if present.
+    pub fn opt_input(&mut self, node: &Node, i: usize) -> Result<Option<Slot>, PlanError> {
+        match node.input(i) {
+            Some(n) => self.value(n).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The host value of input `i` when it is known at plan time (initializer or folded).
+    pub fn const_input(&self, node: &Node, i: usize) -> Option<&TensorData> {
+        self.known.get(node.input(i)?)
+    }
+
+    /// The dtype of value `name`.
+    pub fn dtype_of(&self, name: &str) -> Option<DataType> {
+        if let Some(s) = self.values.get(name) {
+            return Some(self.slots[s.index()].dtype);
+        }
+        if let Some(t) = self.known.get(name) {
+            return Some(t.dtype);
+        }
+        if let Some(&dt) = self.host_values.get(name) {
+            return Some(dt);
+        }
+        self.graph.value(name).and_then(|v| v.dtype)
+    }
+
+    /// The dtype of required input `i`.
+    pub fn input_dtype(&self, node: &Node, i: usize) -> Result<DataType, PlanError> {
+        let name = node.input(i).ok_or_else(|| PlanError::Invalid {
+            node: node.name.clone(),
+            reason: format!("required input {i} is missing"),
+        })?;
+        self.dtype_of(name).ok_or_else(|| PlanError::Invalid {
+            node: node.name.clone(),
+            reason: format!("element type of '{name}' is unknown"),
+        })
+    }
+
+    /// The declared shape of value `name`, when its rank is known.
+    pub fn shape_of(&self, name: &str) -> Option<Vec<Dim>> {
+        if let Some(t) = self.known.get(name) {
+            return Some(t.dims.iter().map(|&d| Dim::Fixed(d)).collect());
+        }
+        self.graph.value(name).and_then(|v| v.shape)
+    }
+
+    /// The shape of value `name` when every dim is fixed.
+    pub fn fixed_shape(&self, name: &str) -> Option<Vec<i64>> {
+        self.shape_of(name)?.iter().map(Dim::fixed).collect()
+    }
+
+    /// The fixed shape of input `i`, when known.
+    pub fn input_fixed_shape(&self, node: &Node, i: usize) -> Option<Vec<i64>> {
+        self.fixed_shape(node.input(i)?)
+    }
+
+    /// The fixed shape of output `i`, when declared.
+    pub fn output_fixed_shape(&self, node: &Node, i: usize) -> Option<Vec<i64>> {
+        self.fixed_shape(node.output(i)?)
+    }
+
+    /// The rank of input `i`, when known.
+    pub fn input_rank(&self, node: &Node, i: usize) -> Option<usize> {
+        self.shape_of(node.input(i)?).map(|s| s.len())
+    }
+
+    /// The rank of input `i`, or an error saying the lowering needs it.
+    pub fn need_rank(&self, node: &Node, i: usize) -> Result<usize, PlanError> {
+        match self.input_rank(node, i) {
+            Some(r) => Ok(r),
+            None => invalid!(node, "the rank of input {i} is unknown"),
+        }
+    }
+
+    /// Input `i` as a host `i64` vector: static when known at plan time, else read at run time.
+    pub fn ints_input(&mut self, node: &Node, i: usize) -> Result<ShapeSource, PlanError> {
+        if let Some(t) = self.const_input(node, i) {
+            return match t.to_i64_vec() {
+                Some(v) => Ok(ShapeSource::Static(v)),
+                None => invalid!(node, "input {i} must be an integer tensor"),
+            };
+        }
+        Ok(ShapeSource::Dynamic(self.input(node, i)?))
+    }
+
+    /// A new slot for output `i` of `node` with element type `dtype`, bound to its name.
+    pub fn output(&mut self, node: &Node, i: usize, dtype: DataType) -> Result<Slot, PlanError> {
+        let Some(name) = node.output(i) else {
+            // An unused optional output: still give the step somewhere to write.
+            return Ok(self.temp(dtype));
+        };
+        if let Some(declared) = self.graph.value(name).and_then(|v| v.dtype)
+            && declared != dtype
+        {
+            invalid!(
+                node,
+                "output '{name}' is declared {declared} but the op produces {dtype}"
+            );
+        }
+        let s = self.new_slot(name.to_string(), dtype);
+        self.values.insert(name.to_string(), s);
+        Ok(s)
+    }
+
+    /// Binds output `i` of `node` to an existing slot (no step; e.g. Identity).
+    pub fn alias(&mut self, node: &Node, i: usize, slot: Slot) {
+        if let Some(name) = node.output(i) {
+            self.values.insert(name.to_string(), slot);
+        }
+    }
+
+    /// Binds output `i` of `node` to `slot`, which must hold `dtype` (the output's ONNX type);
+    /// a temporary slot takes the output's name.
+    pub fn finish(
+        &mut self,
+        node: &Node,
+        i: usize,
+        slot: Slot,
+        dtype: DataType,
+    ) -> Result<(), PlanError> {
+        let Some(name) = node.output(i) else {
+            return Ok(());
+        };
+        if self.slots[slot.index()].dtype != dtype {
+            invalid!(
+                node,
+                "internal: output {i} is {} but {dtype} was expected",
+                self.slots[slot.index()].dtype
+            );
+        }
+        if let Some(declared) = self.graph.value(name).and_then(|v| v.dtype)
+            && declared != dtype
+        {
+            invalid!(
+                node,
+                "output '{name}' is declared {declared} but the op produces {dtype}"
+            );
+        }
+        let info = &mut self.slots[slot.index()];
+        if info.name.starts_with(&format!("{}#t", self.node_name)) {
+            info.name = name.to_string();
+        }
+        self.values.insert(name.to_string(), slot);
+        Ok(())
+    }
+
+    /// Binds output `i` of `node` to a value computed at plan time.
+    pub fn fold(&mut self, node: &Node, i: usize, t: TensorData) {
+        if let Some(name) = node.output(i) {
+            self.known.insert(name.to_string(), t);
+        }
+    }
+
+    /// True when output `i` of `node` is consumed (by a later node or as a graph output).
+    pub fn output_used(&self, node: &Node, i: usize) -> bool {
+        node.output(i).is_some()
+    }
+}
+
+/// Lowers one fused cluster (as its own [`Graph`]) into a [`Plan`].
+///
+/// Every node must be claimed by `registry` (the same entry lowers it). Initializers of the
+/// cluster graph become constants; values computable at plan time from initializers (shape
+/// arithmetic) are folded.
+pub fn build_plan(graph: &Graph, registry: &Registry) -> Result<Plan, PlanError> {
+    let order = graph.topological_order()?;
+    let mut ctx = LowerCtx::new(graph);
+    for (name, t) in &graph.initializers {
+        ctx.known.insert(name.clone(), t.clone());
+    }
+    let mut inputs: Vec<PlanInput> = Vec::new();
+    for vi in &graph.inputs {
+        if graph.initializers.contains_key(&vi.name) {
+            continue;
+        }
+        let Some(dtype) = vi.dtype else {
+            return Err(PlanError::Invalid {
+                node: String::new(),
+                reason: format!("graph input '{}' has no element type", vi.name),
+            });
+        };
+        let slot = ctx.new_slot(vi.name.clone(), dtype);
+        ctx.values.insert(vi.name.clone(), slot);
+        inputs.push(PlanInput {
+            slot,
+            name: vi.name.clone(),
+            dtype,
+            shape: vi.shape.clone(),
+        });
+    }
+    let mut spans = Vec::with_capacity(order.len());
+    for (i, vi) in inputs.iter().enumerate() {
+        for (d, dim) in vi.shape.iter().flatten().enumerate() {
+            if let Dim::Symbolic(s) = dim {
+                ctx.host.symbols.push((i, d, s.clone()));
+            }
+        }
+    }
+    for &i in &order {
+        let node = &graph.nodes[i];
+        let (entry, opset) = registry
+            .lookup(graph, node)
+            .map_err(|d| PlanError::Unsupported {
+                node: node.name.clone(),
+                reason: d.reason,
+            })?;
+        (entry.claim)(
+            &ClaimCtx::new(graph, opset).with_constants(&ctx.known),
+            node,
+        )
+        .map_err(|d| PlanError::Unsupported {
+            node: node.name.clone(),
+            reason: d.reason,
+        })?;
+        ctx.opset = opset;
+        ctx.node_name = node.name.clone();
+        ctx.temp_counter = 0;
+        let start = ctx.steps.len();
+        let folded = crate::fold::try_fold(&mut ctx, node)?;
+        let on_host = !folded && ctx.try_host(node);
+        if !folded && !on_host {
+            (entry.lower)(&mut ctx, node)?;
+        }
+        spans.push(NodeSpan {
+            name: node.name.clone(),
+            op_type: node.op_type.clone(),
+            steps: start..ctx.steps.len(),
+            on_host,
+        });
+    }
+    let mut outputs = Vec::new();
+    let mut output_names = Vec::new();
+    ctx.node_name = String::from("output");
+    for vi in &graph.outputs {
+        let slot = ctx
+            .value(&vi.name)
+            .map_err(|_| PlanError::MissingOutput(vi.name.clone()))?;
+        outputs.push(slot);
+        output_names.push(vi.name.clone());
+    }
+    Ok(Plan {
+        inputs,
+        outputs,
+        output_names,
+        num_slots: ctx.slots.len(),
+        slots: ctx.slots,
+        constants: ctx.constants,
+        constant_sources: ctx.constant_sources,
+        steps: ctx.steps,
+        nodes: spans,
+        host: ctx.host,
+    })
+}
+
+impl LowerCtx<'_> {
+    /// Moves `node` to the host program when it is shape arithmetic on values known from input
+    /// shapes; returns whether it did.
+    fn try_host(&mut self, node: &Node) -> bool {
+        if !node.normalized_domain().is_empty() || node.outputs.len() != 1 {
+            return false;
+        }
+        let Some(out) = node.output(0) else {
+            return false;
+        };
+        let out_info = self.graph.value(out);
+        let Some(out_dt) = out_info.as_ref().and_then(|v| v.dtype) else {
+            return false;
+        };
+        if !host_dtype(out_dt) || out_info.and_then(|v| v.rank()).is_none_or(|r| r > 1) {
+            return false;
+        }
+        let bound = |s: &str| self.host.symbols.iter().any(|(_, _, n)| n == s);
+        let mut input_dims = None;
+        if node.op_type == "Shape" {
+            let Some(dims) = node.input(0).and_then(|x| self.shape_of(x)) else {
+                return false;
+            };
+            let resolvable = dims.iter().all(|d| match d {
+                Dim::Fixed(_) => true,
+                Dim::Symbolic(s) => bound(s),
+                Dim::Unknown => false,
+            });
+            // Fully fixed shapes are folded by the lowering instead.
+            if !resolvable || dims.iter().all(|d| d.fixed().is_some()) {
+                return false;
+            }
+            input_dims = Some(dims);
+        } else {
+            if !HOST_OPS.contains(&node.op_type.as_str()) {
+                return false;
+            }
+            let mut any_host = false;
+            for name in node.inputs.iter().filter(|s| !s.is_empty()) {
+                if self.host_values.contains_key(name) {
+                    any_host = true;
+                } else if let Some(t) = self.known.get(name) {
+                    if !host_dtype(t.dtype) {
+                        return false;
+                    }
+                } else {
+                    return false;
+                }
+            }
+            if !any_host {
+                return false;
+            }
+            for name in node.inputs.iter().filter(|s| !s.is_empty()) {
+                if let Some(t) = self.known.get(name) {
+                    self.host.constants.insert(name.clone(), t.clone());
+                }
+            }
+        }
+        self.host.nodes.push(HostNode {
+            node: node.clone(),
+            opset: self.opset,
+            input_dims,
+        });
+        self.host_values.insert(out.to_string(), out_dt);
+        true
+    }
+
+    /// Known host values (initializers and folded), by name.
+    pub fn known(&self) -> &HashMap<String, TensorData> {
+        &self.known
+    }
+}

@@ -1,0 +1,345 @@
+//! The op registry: one entry per (domain, op, opset range) with a claim predicate and the
+//! lowering that runs what it claims.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use onnx_ir::{Attribute, DataType, Graph, Node, TensorData};
+
+use crate::plan::{LowerCtx, PlanError};
+
+/// The newest `ai.onnx` opset whose op definitions this planner was checked against (onnx
+/// 1.21; versions 24-26 of the registered ops only added element types).
+///
+/// Nodes of models importing a newer opset are declined (their op may have changed).
+pub const MAX_KNOWN_OPSET: i64 = 26;
+
+/// Why a node is not claimed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decline {
+    /// A human-readable reason, e.g. "Softmax: float64 input is not claimed (...)".
+    pub reason: String,
+}
+
+impl Decline {
+    /// A decline with this reason.
+    pub fn new(reason: impl Into<String>) -> Self {
+        Decline {
+            reason: reason.into(),
+        }
+    }
+}
+
+impl fmt::Display for Decline {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
+
+impl std::error::Error for Decline {}
+
+/// Returns `Err(Decline)` with a formatted reason.
+#[macro_export]
+macro_rules! decline {
+    ($($arg:tt)*) => {
+        return Err($crate::Decline::new(format!($($arg)*)))
+    };
+}
+
+/// What a claim predicate may look at: the graph (types, ranks, initializers) and the opset.
+pub struct ClaimCtx<'g> {
+    /// The graph holding the node.
+    pub graph: &'g Graph,
+    /// The opset version in effect for the node's domain.
+    pub opset: i64,
+    constants: Option<&'g HashMap<String, TensorData>>,
+}
+
+impl<'g> ClaimCtx<'g> {
+    /// A context for nodes of `graph` at `opset`.
+    pub fn new(graph: &'g Graph, opset: i64) -> Self {
+        ClaimCtx {
+            graph,
+            opset,
+            constants: None,
+        }
+    }
+
+    /// Also treat these values as known constants (Constant-node outputs, folded values).
+    pub fn with_constants(mut self, constants: &'g HashMap<String, TensorData>) -> Self {
+        self.constants = Some(constants);
+        self
+    }
+
+    /// The element type of a value, when known.
+    pub fn dtype(&self, name: &str) -> Option<DataType> {
+        if let Some(t) = self.constant(name) {
+            return Some(t.dtype);
+        }
+        self.graph.value(name).and_then(|v| v.dtype).or_else(|| {
+            // A Constant node's output may lack value info.
+            let n = self.graph.nodes.iter().find(|n| {
+                n.op_type == "Constant" && n.outputs.first().map(String::as_str) == Some(name)
+            })?;
+            constant_node_dtype(n)
+        })
+    }
+
+    /// The rank of a value, when known.
+    pub fn rank(&self, name: &str) -> Option<usize> {
+        if let Some(t) = self.constant(name) {
+            return Some(t.dims.len());
+        }
+        self.graph.value(name).and_then(|v| v.rank())
+    }
+
+    /// The value of an initializer (or registered constant), when it is one.
+    pub fn constant(&self, name: &str) -> Option<&TensorData> {
+        self.graph
+            .initializers
+            .get(name)
+            .or_else(|| self.constants.and_then(|c| c.get(name)))
+    }
+
+    /// The dtype of input `i` of `node`, or a decline naming it.
+    pub fn input_dtype(&self, node: &Node, i: usize) -> Result<DataType, Decline> {
+        let name = node.input(i).ok_or_else(|| {
+            Decline::new(format!("{}: required input {i} is missing", node.op_type))
+        })?;
+        self.dtype(name).ok_or_else(|| {
+            Decline::new(format!(
+                "{}: element type of input {i} ('{name}') is unknown",
+                node.op_type
+            ))
+        })
+    }
+
+    /// Input `i`'s dtype, which must be in `allowed`.
+    pub fn expect_dtype(
+        &self,
+        node: &Node,
+        i: usize,
+        allowed: &[DataType],
+    ) -> Result<DataType, Decline> {
+        let dt = self.input_dtype(node, i)?;
+        if !allowed.contains(&dt) {
+            return Err(Decline::new(format!(
+                "{}: input {i} has element type {dt}, which is not claimed{} (claimed: {})",
+                node.op_type,
+                dtype_note(dt),
+                allowed
+                    .iter()
+                    .map(|d| d.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        Ok(dt)
+    }
+
+    /// Input `i`'s rank, or a decline saying the op needs it.
+    pub fn expect_rank(&self, node: &Node, i: usize) -> Result<usize, Decline> {
+        let name = node.input(i).unwrap_or("");
+        self.rank(name).ok_or_else(|| {
+            Decline::new(format!(
+                "{}: the rank of input {i} ('{name}') is unknown and this lowering needs it",
+                node.op_type
+            ))
+        })
+    }
+}
+
+/// Why a dtype is never claimed, as a parenthesised note.
+pub(crate) fn dtype_note(dt: DataType) -> &'static str {
+    match dt {
+        DataType::Double => " (float64: MLX's GPU backends lack it, so it stays on ORT)",
+        DataType::String => " (MLX has no strings)",
+        DataType::Complex64 | DataType::Complex128 => " (complex types are not claimed)",
+        DataType::Float8E4M3FN
+        | DataType::Float8E4M3FNUZ
+        | DataType::Float8E5M2
+        | DataType::Float8E5M2FNUZ
+        | DataType::Float4E2M1
+        | DataType::Int4
+        | DataType::Uint4 => " (no exact MLX equivalent)",
+        _ => "",
+    }
+}
+
+fn constant_node_dtype(n: &Node) -> Option<DataType> {
+    for (k, v) in &n.attributes {
+        return Some(match (k.as_str(), v) {
+            ("value", Attribute::Tensor(t)) => t.dtype,
+            ("value_float" | "value_floats", _) => DataType::Float,
+            ("value_int" | "value_ints", _) => DataType::Int64,
+            _ => continue,
+        });
+    }
+    None
+}
+
+/// A claim predicate: `Ok` when the entry's lowering runs the node exactly.
+pub type ClaimFn = fn(&ClaimCtx, &Node) -> Result<(), Decline>;
+/// A lowering: emits the node's steps into the context.
+pub type LowerFn = fn(&mut LowerCtx, &Node) -> Result<(), PlanError>;
+
+/// One registration: an op at a range of opset versions.
+#[derive(Clone, Copy)]
+pub struct OpEntry {
+    /// Domain (`""` for `ai.onnx`).
+    pub domain: &'static str,
+    /// Op type.
+    pub op_type: &'static str,
+    /// First opset version the entry covers.
+    pub since: i64,
+    /// Last opset version the entry covers.
+    pub until: i64,
+    /// Claim predicate.
+    pub claim: ClaimFn,
+    /// Lowering.
+    pub lower: LowerFn,
+}
+
+impl fmt::Debug for OpEntry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}::{} {}..={}",
+            domain_name(self.domain),
+            self.op_type,
+            self.since,
+            self.until
+        )
+    }
+}
+
+pub(crate) fn domain_name(domain: &str) -> &str {
+    if domain.is_empty() { "ai.onnx" } else { domain }
+}
+
+/// Every op the planner can lower, keyed by (domain, op type).
+pub struct Registry {
+    entries: HashMap<(String, String), Vec<OpEntry>>,
+}
+
+impl Default for Registry {
+    /// A registry with every op family registered.
+    fn default() -> Self {
+        let mut r = Registry::empty();
+        crate::ops::register_all(&mut r);
+        r
+    }
+}
+
+impl fmt::Debug for Registry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.entries()).finish()
+    }
+}
+
+/// A registration helper: `reg.op("", "Relu", 6, MAX, claim, lower)`.
+impl Registry {
+    /// A registry with no entries.
+    pub fn empty() -> Self {
+        Registry {
+            entries: HashMap::new(),
+        }
+    }
+
+    /// Registers one entry.
+    pub fn register(&mut self, entry: OpEntry) {
+        self.entries
+            .entry((entry.domain.to_string(), entry.op_type.to_string()))
+            .or_default()
+            .push(entry);
+    }
+
+    /// Registers `domain::op_type` for opsets `since..=until`.
+    pub fn op(
+        &mut self,
+        domain: &'static str,
+        op_type: &'static str,
+        since: i64,
+        until: i64,
+        claim: ClaimFn,
+        lower: LowerFn,
+    ) {
+        self.register(OpEntry {
+            domain,
+            op_type,
+            since,
+            until,
+            claim,
+            lower,
+        });
+    }
+
+    /// All entries, sorted by domain, op type and opset.
+    pub fn entries(&self) -> Vec<OpEntry> {
+        let mut v: Vec<OpEntry> = self.entries.values().flatten().copied().collect();
+        v.sort_by(|a, b| (a.domain, a.op_type, a.since).cmp(&(b.domain, b.op_type, b.since)));
+        v
+    }
+
+    /// The entry for `node` at the graph's opset, or the reason there is none.
+    pub fn lookup(&self, graph: &Graph, node: &Node) -> Result<(OpEntry, i64), Decline> {
+        let domain = node.normalized_domain();
+        let Some(entries) = self
+            .entries
+            .get(&(domain.to_string(), node.op_type.clone()))
+        else {
+            decline!(
+                "no MLX lowering for {}::{}",
+                domain_name(domain),
+                node.op_type
+            );
+        };
+        let Some(opset) = graph.opset(domain) else {
+            decline!(
+                "the model imports no opset for domain {}",
+                domain_name(domain)
+            );
+        };
+        if domain.is_empty() && opset > MAX_KNOWN_OPSET {
+            decline!(
+                "{}: opset {opset} is newer than the newest this planner knows ({MAX_KNOWN_OPSET})",
+                node.op_type
+            );
+        }
+        match entries
+            .iter()
+            .find(|e| e.since <= opset && opset <= e.until)
+        {
+            Some(e) => Ok((*e, opset)),
+            None => {
+                let ranges: Vec<String> = entries
+                    .iter()
+                    .map(|e| format!("{}..={}", e.since, e.until))
+                    .collect();
+                decline!(
+                    "{}::{} at opset {opset} is outside the supported opset range {}",
+                    domain_name(domain),
+                    node.op_type,
+                    ranges.join(", ")
+                )
+            }
+        }
+    }
+
+    /// Whether `node` (of `graph`) is claimed; the reason when not.
+    pub fn claim(&self, graph: &Graph, node: &Node) -> Result<(), Decline> {
+        let (entry, opset) = self.lookup(graph, node)?;
+        (entry.claim)(&ClaimCtx::new(graph, opset), node)
+    }
+
+    /// [`Registry::claim`] with extra known constants (used by the partitioner and planner).
+    pub fn claim_with(
+        &self,
+        graph: &Graph,
+        node: &Node,
+        constants: &HashMap<String, TensorData>,
+    ) -> Result<(), Decline> {
+        let (entry, opset) = self.lookup(graph, node)?;
+        (entry.claim)(&ClaimCtx::new(graph, opset).with_constants(constants), node)
+    }
+}

@@ -1,0 +1,265 @@
+//! Claim and decline reasons.
+
+mod common;
+
+use common::*;
+use onnx_ir::{DataType, Node, TensorData};
+use plan::Registry;
+
+fn claim(g: &G, node: usize) -> Result<(), String> {
+    let graph = g.build();
+    Registry::default()
+        .claim(&graph, &graph.nodes[node])
+        .map_err(|d| d.reason)
+}
+
+fn declined(g: &G, node: usize, needle: &str) {
+    match claim(g, node) {
+        Ok(()) => panic!("node {node} was claimed; expected a decline mentioning '{needle}'"),
+        Err(r) => assert!(r.contains(needle), "reason '{r}' lacks '{needle}'"),
+    }
+}
+
+#[test]
+fn unknown_op_and_domain() {
+    let mut g = G::new(17);
+    g.input("x", DataType::Float, &[2]);
+    g.node("NoSuchOp", &["x"], &["y"]);
+    declined(&g, 0, "no MLX lowering for ai.onnx::NoSuchOp");
+    let mut g = G::new(17);
+    g.input("x", DataType::Float, &[2]);
+    g.node("Relu", &["x"], &["y"]).domain = "com.example".into();
+    declined(&g, 0, "no MLX lowering for com.example::Relu");
+}
+
+#[test]
+fn opset_ranges() {
+    let mut g = G::new(6);
+    g.input("x", DataType::Float, &[2]);
+    g.node("Add", &["x", "x"], &["y"]);
+    declined(&g, 0, "opset 6 is outside the supported opset range 7..=26");
+    let mut g = G::new(27);
+    g.input("x", DataType::Float, &[2]);
+    g.node("Relu", &["x"], &["y"]);
+    declined(&g, 0, "opset 27 is newer");
+    let mut g = G::new(17);
+    g.input("x", DataType::Float, &[2]);
+    g.node("Gelu", &["x"], &["y"]);
+    declined(
+        &g,
+        0,
+        "Gelu at opset 17 is outside the supported opset range 20..=26",
+    );
+    let mut g = G::new(17);
+    g.g.opset_imports.clear();
+    g.input("x", DataType::Float, &[2]);
+    g.node("Relu", &["x"], &["y"]);
+    declined(&g, 0, "imports no opset");
+}
+
+#[test]
+fn dtypes() {
+    let mut g = G::new(17);
+    g.input("x", DataType::Double, &[2]);
+    g.node("Relu", &["x"], &["y"]);
+    declined(&g, 0, "float64");
+    let mut g = G::new(17);
+    g.input("x", DataType::Int64, &[2]);
+    g.input("w", DataType::Int64, &[2, 2]);
+    g.node("MatMul", &["x", "w"], &["y"]);
+    declined(&g, 0, "input 0 has element type int64");
+    let mut g = G::new(17);
+    g.input("x", DataType::Float, &[2]);
+    g.input("y", DataType::Float16, &[2]);
+    g.node("Add", &["x", "y"], &["z"]);
+    declined(&g, 0, "input 1 is float16 but input 0 is float");
+    let mut g = G::new(17);
+    g.input("x", DataType::Float, &[2]);
+    g.node("Cast", &["x"], &["y"]).attr("to", int(8));
+    declined(&g, 0, "casting to string");
+    let mut g = G::new(17);
+    g.input("x", DataType::Float, &[2]);
+    g.node("Cast", &["x"], &["y"]).attr("to", int(7));
+    assert!(claim(&g, 0).is_ok());
+    // An input whose type nothing states.
+    let mut g = G::new(17);
+    g.node("Relu", &["mystery"], &["y"]);
+    declined(&g, 0, "element type of input 0 ('mystery') is unknown");
+}
+
+#[test]
+fn integer_ops() {
+    let mut g = G::new(17);
+    g.input("a", DataType::Int64, &[2]);
+    g.input("b", DataType::Int64, &[2]);
+    g.node("Div", &["a", "b"], &["c"]);
+    g.node("Pow", &["a", "b"], &["d"]);
+    g.node("Mod", &["a", "b"], &["e"]);
+    assert!(claim(&g, 0).is_ok());
+    declined(&g, 1, "constant non-negative exponent");
+    assert!(claim(&g, 2).is_ok());
+    g.init_i64("two", &[], &[2]);
+    g.node("Pow", &["a", "two"], &["f"]);
+    assert!(claim(&g, 3).is_ok());
+    let mut g = G::new(17);
+    g.input("a", DataType::Float, &[2]);
+    g.node("Mod", &["a", "a"], &["e"]).attr("fmod", int(1));
+    declined(&g, 0, "no exact C fmod");
+}
+
+#[test]
+fn attribute_limits() {
+    let mut g = G::new(19);
+    g.input("x", DataType::Float, &[1, 1, 4, 4]);
+    g.init_f32("scales", &[4], &[1.0, 1.0, 2.0, 2.0]);
+    g.node("Resize", &["x", "", "scales"], &["y"])
+        .attr("mode", string("linear"));
+    declined(&g, 0, "mode 'linear' is not claimed");
+    g.node("Resize", &["x", "", "scales"], &["y2"]).attr(
+        "coordinate_transformation_mode",
+        string("tf_crop_and_resize"),
+    );
+    declined(&g, 1, "tf_crop_and_resize");
+    g.node("Resize", &["x", "", "scales"], &["y3"]);
+    assert!(claim(&g, 2).is_ok());
+
+    let mut g = G::new(17);
+    g.input("x", DataType::Float, &[1, 1, 4, 4]);
+    g.node("MaxPool", &["x"], &["y", "idx"])
+        .attr("kernel_shape", ints(&[2, 2]));
+    declined(&g, 0, "Indices");
+    g.node("MaxPool", &["x"], &["y2"])
+        .attr("kernel_shape", ints(&[2, 2]));
+    assert!(claim(&g, 1).is_ok());
+    g.node("AveragePool", &["x"], &["y3"])
+        .attr("kernel_shape", ints(&[2, 2]))
+        .attr("pads", ints(&[2, 0, 0, 0]));
+    declined(&g, 2, "reach a whole window");
+
+    let mut g = G::new(17);
+    g.input("x", DataType::Float, &[2, 4]);
+    g.weight("s", &[4]);
+    g.node("LayerNormalization", &["x", "s"], &["y"])
+        .attr("stash_type", int(0));
+    declined(&g, 0, "stash_type=0");
+
+    let mut g = G::new(15);
+    g.input("x", DataType::Float, &[2, 3, 4, 4]);
+    for p in ["s", "b", "m", "v"] {
+        g.weight(p, &[3]);
+    }
+    g.node("BatchNormalization", &["x", "s", "b", "m", "v"], &["y"])
+        .attr("training_mode", int(1));
+    declined(&g, 0, "training_mode=1");
+
+    let mut g = G::new(13);
+    g.input("x", DataType::Float, &[2, 3, 4]);
+    g.node("ArgMax", &["x"], &["y"])
+        .attr("select_last_index", int(1));
+    declined(&g, 0, "select_last_index");
+
+    let mut g = G::new(18);
+    g.input("x", DataType::Float, &[2, 3]);
+    g.init_i64("p", &[4], &[0, 1, 0, 1]);
+    g.node("Pad", &["x", "p"], &["y"])
+        .attr("mode", string("reflect"));
+    declined(&g, 0, "mode 'reflect'");
+    g.init_i64("neg", &[4], &[0, -1, 0, 1]);
+    g.node("Pad", &["x", "neg"], &["y2"]);
+    declined(&g, 1, "negative pads");
+}
+
+#[test]
+fn rank_requirements() {
+    // Legacy Softmax coerces to 2-D at axis 1: the rank is needed.
+    let mut g = G::new(11);
+    g.input_unranked("x", DataType::Float);
+    g.node("Softmax", &["x"], &["y"]);
+    declined(&g, 0, "rank is unknown");
+    g.node("Softmax", &["x"], &["y2"]).attr("axis", int(-1));
+    assert!(claim(&g, 1).is_ok());
+    // Opset 13 Softmax is per-axis: no rank needed.
+    let mut g = G::new(13);
+    g.input_unranked("x", DataType::Float);
+    g.node("Softmax", &["x"], &["y"]);
+    assert!(claim(&g, 0).is_ok());
+    // Conv needs the kernel shape.
+    let mut g = G::new(17);
+    g.input_unranked("x", DataType::Float);
+    g.input_unranked("w", DataType::Float);
+    g.node("Conv", &["x", "w"], &["y"]);
+    declined(&g, 0, "kernel shape is unknown");
+}
+
+#[test]
+fn constants_and_dropout() {
+    let mut g = G::new(17);
+    g.node("Constant", &[], &["c"]).attr(
+        "value",
+        onnx_ir::Attribute::Tensor(TensorData::from_i64(vec![1], &[3])),
+    );
+    assert!(claim(&g, 0).is_ok());
+    g.node("Constant", &[], &["s"])
+        .attr("value_string", string("hi"));
+    declined(&g, 1, "only value");
+    let mut g = G::new(13);
+    g.input("x", DataType::Float, &[2]);
+    g.node("Dropout", &["x"], &["y", "mask"]);
+    declined(&g, 0, "mask");
+    g.node("Dropout", &["x"], &["y2"]);
+    assert!(claim(&g, 1).is_ok());
+}
+
+#[test]
+fn registry_lists_required_ops() {
+    let r = Registry::default();
+    let ops: Vec<&str> = r.entries().iter().map(|e| e.op_type).collect();
+    for op in [
+        "Gather",
+        "Add",
+        "Mul",
+        "Sub",
+        "Div",
+        "MatMul",
+        "Gemm",
+        "Reshape",
+        "Transpose",
+        "Concat",
+        "Slice",
+        "Squeeze",
+        "Unsqueeze",
+        "Shape",
+        "Cast",
+        "Softmax",
+        "Erf",
+        "Gelu",
+        "Tanh",
+        "Sqrt",
+        "Pow",
+        "ReduceMean",
+        "LayerNormalization",
+        "Where",
+        "Equal",
+        "Expand",
+        "ConstantOfShape",
+        "Constant",
+        "Identity",
+        "Conv",
+        "BatchNormalization",
+        "Relu",
+        "Clip",
+        "MaxPool",
+        "AveragePool",
+        "GlobalAveragePool",
+        "Flatten",
+        "Sigmoid",
+        "Resize",
+    ] {
+        assert!(ops.contains(&op), "{op} is not registered");
+    }
+    // Every entry's range is sane.
+    for e in r.entries() {
+        assert!(e.since <= e.until, "{e:?}");
+    }
+    let _ = Node::default();
+}

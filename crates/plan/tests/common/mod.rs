@@ -1,0 +1,132 @@
+//! A small graph builder for the planner's tests.
+#![allow(dead_code)]
+
+use onnx_ir::{Attribute, DataType, Dim, Graph, Node, TensorData, ValueInfo};
+
+/// Dims from ints (negative = symbolic, named `s<k>`).
+pub fn dims(d: &[i64]) -> Vec<Dim> {
+    d.iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            if v < 0 {
+                Dim::Symbolic(format!("s{i}"))
+            } else {
+                Dim::Fixed(v)
+            }
+        })
+        .collect()
+}
+
+/// A builder over a [`Graph`].
+pub struct G {
+    pub g: Graph,
+}
+
+impl G {
+    pub fn new(opset: i64) -> Self {
+        let mut g = Graph {
+            name: "test".into(),
+            ..Graph::default()
+        };
+        g.opset_imports.insert(String::new(), opset);
+        G { g }
+    }
+
+    pub fn input(&mut self, name: &str, dt: DataType, d: &[i64]) -> &mut Self {
+        self.g.inputs.push(ValueInfo::new(name, dt, dims(d)));
+        self
+    }
+
+    pub fn input_unranked(&mut self, name: &str, dt: DataType) -> &mut Self {
+        self.g.inputs.push(ValueInfo {
+            name: name.into(),
+            dtype: Some(dt),
+            shape: None,
+        });
+        self
+    }
+
+    pub fn output(&mut self, name: &str, dt: DataType, d: &[i64]) -> &mut Self {
+        self.g.outputs.push(ValueInfo::new(name, dt, dims(d)));
+        self
+    }
+
+    /// An output whose shape the test does not state.
+    pub fn output_any(&mut self, name: &str, dt: DataType) -> &mut Self {
+        self.g.outputs.push(ValueInfo {
+            name: name.into(),
+            dtype: Some(dt),
+            shape: None,
+        });
+        self
+    }
+
+    /// Declares an intermediate value's type.
+    pub fn value(&mut self, name: &str, dt: DataType, d: &[i64]) -> &mut Self {
+        self.g
+            .value_info
+            .insert(name.into(), ValueInfo::new(name, dt, dims(d)));
+        self
+    }
+
+    pub fn init(&mut self, name: &str, t: TensorData) -> &mut Self {
+        self.g.initializers.insert(name.into(), t);
+        self
+    }
+
+    pub fn init_f32(&mut self, name: &str, d: &[i64], v: &[f32]) -> &mut Self {
+        self.init(name, TensorData::from_f32(d.to_vec(), v))
+    }
+
+    /// A float initializer filled with `0.01 * i`.
+    pub fn weight(&mut self, name: &str, d: &[i64]) -> &mut Self {
+        let n: i64 = d.iter().product();
+        let v: Vec<f32> = (0..n).map(|i| i as f32 * 0.01).collect();
+        self.init_f32(name, d, &v)
+    }
+
+    pub fn init_i64(&mut self, name: &str, d: &[i64], v: &[i64]) -> &mut Self {
+        self.init(name, TensorData::from_i64(d.to_vec(), v))
+    }
+
+    pub fn node(&mut self, op: &str, ins: &[&str], outs: &[&str]) -> &mut Node {
+        self.g.nodes.push(Node::new(
+            op,
+            ins.iter().map(|s| s.to_string()),
+            outs.iter().map(|s| s.to_string()),
+        ));
+        self.g.nodes.last_mut().unwrap()
+    }
+
+    pub fn build(&self) -> Graph {
+        self.g.clone()
+    }
+}
+
+pub fn int(v: i64) -> Attribute {
+    Attribute::Int(v)
+}
+
+pub fn ints(v: &[i64]) -> Attribute {
+    Attribute::Ints(v.to_vec())
+}
+
+pub fn float(v: f32) -> Attribute {
+    Attribute::Float(v)
+}
+
+pub fn string(v: &str) -> Attribute {
+    Attribute::String(v.as_bytes().to_vec())
+}
+
+/// Adds attributes to a node in place.
+pub trait With {
+    fn attr(&mut self, name: &str, a: Attribute) -> &mut Self;
+}
+
+impl With for Node {
+    fn attr(&mut self, name: &str, a: Attribute) -> &mut Self {
+        self.attributes.insert(name.into(), a);
+        self
+    }
+}

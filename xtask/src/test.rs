@@ -1,0 +1,162 @@
+//! `cargo xtask test`: every test. Setup + build, `cargo test --workspace`, then the pytest
+//! suites in `tests/python` against every pinned ONNX Runtime. Every stage runs even when an
+//! earlier one failed (except what needs the library); the summary names each failure.
+
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{Result, bail};
+
+use crate::build;
+use crate::setup::{self, ORT_VERSIONS, Scope, Venv};
+use crate::util::{self, banner};
+
+/// The variable the Python tests read the EP library's path from.
+pub const EP_LIBRARY_VAR: &str = "ORTMLX_EP_LIBRARY";
+
+/// Options of `cargo xtask test`.
+#[derive(Debug, Default)]
+pub struct Options {
+    no_rust: bool,
+    no_python: bool,
+    ort: Vec<&'static str>,
+    pytest_args: Vec<String>,
+}
+
+impl Options {
+    /// Parses `[--no-rust] [--no-python] [--ort <version>]... [-- <pytest args>]`.
+    pub fn parse(args: &[String]) -> Result<Self> {
+        let mut options = Options::default();
+        let mut args = args.iter();
+        while let Some(arg) = args.next() {
+            match arg.as_str() {
+                "--no-rust" => options.no_rust = true,
+                "--no-python" => options.no_python = true,
+                "--ort" => {
+                    let Some(version) = args.next() else {
+                        bail!("--ort needs a version")
+                    };
+                    let Some(known) = ORT_VERSIONS.iter().find(|v| **v == version.as_str()) else {
+                        bail!(
+                            "--ort {version}: not a pinned onnxruntime (pinned: {})",
+                            ORT_VERSIONS.join(", ")
+                        )
+                    };
+                    options.ort.push(known);
+                }
+                "--" => {
+                    options.pytest_args = args.cloned().collect();
+                    break;
+                }
+                other => bail!("unknown option `{other}`; see `cargo xtask help`"),
+            }
+        }
+        Ok(options)
+    }
+}
+
+struct Stage {
+    name: String,
+    passed: bool,
+}
+
+/// Runs the tests.
+pub fn run(options: Options) -> Result<()> {
+    let scope = match options.ort.as_slice() {
+        [only] => Scope::Only(only),
+        _ => Scope::All,
+    };
+    let venvs: Vec<Venv> = if options.no_python {
+        Vec::new()
+    } else {
+        setup::run(scope)?
+            .into_iter()
+            .filter(|v| options.ort.is_empty() || options.ort.contains(&v.ort_version))
+            .collect()
+    };
+
+    let mut stages = Vec::new();
+    let lib = if options.no_python {
+        None
+    } else {
+        match build::run() {
+            Ok(lib) => Some(lib),
+            Err(err) => {
+                eprintln!("build failed: {err:#}");
+                stages.push(Stage {
+                    name: "cargo build --release -p ortmlx-ep".into(),
+                    passed: false,
+                });
+                None
+            }
+        }
+    };
+
+    if !options.no_rust {
+        banner("test: cargo test --workspace (unit tests of every crate)");
+        let passed = util::status(util::cargo().args(["test", "--workspace"]))?;
+        stages.push(Stage {
+            name: "cargo test --workspace".into(),
+            passed,
+        });
+    }
+
+    for venv in &venvs {
+        let name = format!("pytest tests/python (onnxruntime {})", venv.ort_version);
+        let passed = match &lib {
+            Some(lib) => {
+                banner(&format!("test: {name}, {EP_LIBRARY_VAR}={}", lib.display()));
+                pytest(venv, lib, &options.pytest_args)?
+            }
+            None => {
+                banner(&format!(
+                    "test: {name}: skipped, the EP library did not build"
+                ));
+                false
+            }
+        };
+        stages.push(Stage { name, passed });
+    }
+
+    banner("test: summary");
+    for stage in &stages {
+        println!(
+            "{}  {}",
+            if stage.passed { "PASS" } else { "FAIL" },
+            stage.name
+        );
+    }
+    let failed: Vec<&str> = stages
+        .iter()
+        .filter(|s| !s.passed)
+        .map(|s| s.name.as_str())
+        .collect();
+    println!(
+        "stages: {} passed, {} failed",
+        stages.len() - failed.len(),
+        failed.len()
+    );
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        bail!(
+            "{} of {} stages failed: {}",
+            failed.len(),
+            stages.len(),
+            failed.join("; ")
+        )
+    }
+}
+
+fn pytest(venv: &Venv, lib: &Path, extra: &[String]) -> Result<bool> {
+    let root = util::workspace_root();
+    util::status(
+        Command::new(venv.python())
+            .args(["-m", "pytest", "-p", "no:cacheprovider", "-ra"])
+            .arg(root.join("tests").join("python"))
+            .args(extra)
+            .current_dir(&root)
+            .env(EP_LIBRARY_VAR, lib)
+            .env("PYTHONDONTWRITEBYTECODE", "1"),
+    )
+}
