@@ -72,6 +72,8 @@ def mlx_ep_devices() -> list:
         )
     if not os.path.isfile(path):
         pytest.fail(f"{LIBRARY_VAR}={path}: no such file (build it with `cargo xtask build`)", pytrace=False)
+    # ORT resolves a relative path against its own package folder, not the working directory.
+    path = os.path.abspath(path)
     try:
         ort.register_execution_provider_library(REGISTRATION_NAME, path)
     except Exception as err:  # noqa: BLE001 - reported as a test failure with the cause

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 
 from conftest import (
@@ -94,4 +95,10 @@ def test_declined_nodes_stay_on_cpu():
     assert_outputs_match(actual, expected)
     np.testing.assert_allclose(actual[0], x * 2 + 1, rtol=1e-6)
     assert_on_cpu(session, ["Cast"])
-    assert_on_mlx(session, ["Mul", "Add"])
+    if ort.__version__ == "1.23.0":
+        # ORT 1.23.0 cannot run a plugin EP's nodes beside CPU nodes in one graph ("Failed to
+        # find kernel for MemcpyFromHost", fixed in 1.23.1), so the EP takes whole graphs only:
+        # here everything stays on the CPU EP.
+        assert_on_cpu(session, ["Mul", "Add"])
+    else:
+        assert_on_mlx(session, ["Mul", "Add"])

@@ -260,3 +260,55 @@ fn version_and_devices() {
     // On a CPU-only libmlx the GPU is reported absent rather than failing.
     let _ = mlx::gpu_available();
 }
+
+#[test]
+fn sdpa_applies_an_additive_mask_and_causal_mode() {
+    let s = Stream::default_cpu();
+    let data = |f: fn(f32) -> f32| (0..16).map(|i| f(i as f32)).collect::<Vec<_>>();
+    let q = Array::from_slice(&data(|i| (i * 0.3).sin()), &[1, 1, 4, 4]).unwrap();
+    let k = Array::from_slice(&data(|i| (i * 0.7).cos()), &[1, 1, 4, 4]).unwrap();
+    let v = Array::from_slice(&data(|i| i), &[1, 1, 4, 4]).unwrap();
+    // Causal as an explicit additive mask.
+    let mask: Vec<f32> = (0..16)
+        .map(|i| {
+            if i % 4 > i / 4 {
+                f32::NEG_INFINITY
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    let mask = Array::from_slice(&mask, &[4, 4]).unwrap();
+    let with_mask =
+        fast::scaled_dot_product_attention(&q, &k, &v, 0.5, fast::AttentionMask::Array(&mask), &s)
+            .unwrap();
+    let causal =
+        fast::scaled_dot_product_attention(&q, &k, &v, 0.5, fast::AttentionMask::Causal, &s)
+            .unwrap();
+    let kt = ops::transpose_axes(&k, &[0, 1, 3, 2], &s).unwrap();
+    let scores = ops::add(
+        &ops::multiply(
+            &ops::matmul(&q, &kt, &s).unwrap(),
+            &Array::scalar_f32(0.5),
+            &s,
+        )
+        .unwrap(),
+        &mask,
+        &s,
+    )
+    .unwrap();
+    let reference = ops::matmul(
+        &ops::softmax_axes(&scores, &[-1], true, &s).unwrap(),
+        &v,
+        &s,
+    )
+    .unwrap();
+    let r = reference.to_vec::<f32>().unwrap();
+    for got in [with_mask, causal] {
+        let g = got.to_vec::<f32>().unwrap();
+        assert!(
+            g.iter().zip(&r).all(|(x, y)| (x - y).abs() < 1e-4),
+            "{g:?} vs {r:?}"
+        );
+    }
+}

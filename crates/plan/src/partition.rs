@@ -31,7 +31,8 @@ pub struct NodeDecline {
 pub struct Partition {
     /// Convex clusters of claimed nodes, in topological order of their first nodes.
     pub clusters: Vec<Cluster>,
-    /// Every node not claimed, in graph order.
+    /// Every node left to ORT with the reason: unclaimed nodes in graph order, then nodes of
+    /// clusters not worth fusing (only Constant nodes).
     pub declines: Vec<NodeDecline>,
 }
 

@@ -648,6 +648,12 @@ pub fn build_plan(graph: &Graph, registry: &Registry) -> Result<Plan, PlanError>
     }
     let mut outputs = Vec::new();
     let mut output_names = Vec::new();
+    let remap = eliminate_common_steps(&mut ctx.steps, &mut spans);
+    for s in ctx.values.values_mut() {
+        if let Some(r) = remap.get(s) {
+            *s = *r;
+        }
+    }
     ctx.node_name = String::from("output");
     for vi in &graph.outputs {
         let slot = ctx
@@ -668,6 +674,42 @@ pub fn build_plan(graph: &Graph, registry: &Registry) -> Result<Plan, PlanError>
         nodes: spans,
         host: ctx.host,
     })
+}
+
+/// Common-subexpression elimination: a step identical (same op, attributes and inputs) to an
+/// earlier one is dropped and its outputs are replaced by the earlier step's. Returns the
+/// replacement map (dropped slot -> kept slot).
+fn eliminate_common_steps(steps: &mut Vec<Step>, spans: &mut [NodeSpan]) -> HashMap<Slot, Slot> {
+    let mut remap: HashMap<Slot, Slot> = HashMap::new();
+    let mut seen: HashMap<String, Vec<Slot>> = HashMap::new();
+    let mut kept: Vec<Step> = Vec::with_capacity(steps.len());
+    let mut new_index = Vec::with_capacity(steps.len() + 1);
+    for mut step in std::mem::take(steps) {
+        new_index.push(kept.len());
+        step.map_inputs(&mut |s| {
+            if let Some(r) = remap.get(s) {
+                *s = *r;
+            }
+        });
+        let outs = step.outputs();
+        let mut key_step = step.clone();
+        key_step.map_outputs(&mut |s| *s = Slot(u32::MAX));
+        let key = format!("{key_step:?}");
+        if let Some(prev) = seen.get(&key) {
+            for (o, p) in outs.iter().zip(prev) {
+                remap.insert(*o, *p);
+            }
+            continue;
+        }
+        seen.insert(key, outs);
+        kept.push(step);
+    }
+    new_index.push(kept.len());
+    for span in spans.iter_mut() {
+        span.steps = new_index[span.steps.start]..new_index[span.steps.end];
+    }
+    *steps = kept;
+    remap
 }
 
 impl LowerCtx<'_> {

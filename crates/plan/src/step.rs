@@ -3,7 +3,7 @@
 //! Every [`Step`] names one MLX primitive (or one small, fixed group of calls documented on the
 //! variant) with its static attributes already resolved. What can only be known at run time
 //! (input shapes, values of shape tensors) is resolved by the pure functions on the helper types
-//! here ([`ReshapeTarget::resolve`], [`SliceSpec::resolve`], [`ConvSpec::pads`], ...), which the
+//! here ([`ReshapeTarget::resolve`], [`SliceSpec::resolve`], [`ConvSpec::resolve`], ...), which the
 //! runtime calls with the actual shapes; so ONNX semantics live in this crate and the runtime's
 //! interpreter is one flat match.
 //!
@@ -1453,14 +1453,15 @@ impl ResizeSpec {
             let (out_dim, scale) = match (&sizes, &scales) {
                 (Some(sz), _) => {
                     let o = *sz.get(j).ok_or("Resize sizes has too few entries")?;
-                    (o, o as f64 / in_dim as f64)
+                    // ORT computes the scale in float32 (output / input).
+                    (o, o as f32 / in_dim as f32)
                 }
                 (None, Some(sc)) => {
                     let s = *sc.get(j).ok_or("Resize scales has too few entries")?;
                     if s <= 0.0 {
                         return Err(format!("Resize scale {s} must be positive"));
                     }
-                    (((in_dim as f64) * s).floor() as i64, s)
+                    (((in_dim as f64) * s).floor() as i64, s as f32)
                 }
                 (None, None) => return Err("Resize needs scales or sizes".into()),
             };
@@ -1515,18 +1516,21 @@ impl ResizeSpec {
 pub fn nearest_indices(
     in_dim: i64,
     out_dim: i64,
-    scale: f64,
+    scale: f32,
     ct: CoordinateTransform,
     mode: NearestMode,
 ) -> Vec<i32> {
+    // Float32 arithmetic throughout, as ONNX Runtime's CPU kernel does: boundary cases
+    // (a source coordinate that is exactly an integer in real arithmetic) then round alike.
+    let (in_f, out_f) = (in_dim as f32, out_dim as f32);
     (0..out_dim)
         .map(|o| {
-            let o = o as f64;
+            let o = o as f32;
             let x = match ct {
                 CoordinateTransform::HalfPixel => (o + 0.5) / scale - 0.5,
                 CoordinateTransform::HalfPixelSymmetric => {
-                    let adj = out_dim as f64 / (scale * in_dim as f64);
-                    let center = in_dim as f64 / 2.0;
+                    let adj = out_f / (scale * in_f);
+                    let center = in_f / 2.0;
                     let offset = center * (1.0 - adj);
                     offset + (o + 0.5) / scale - 0.5
                 }
@@ -1539,7 +1543,7 @@ pub fn nearest_indices(
                 }
                 CoordinateTransform::AlignCorners => {
                     if out_dim > 1 {
-                        o * (in_dim - 1) as f64 / (out_dim - 1) as f64
+                        o * (in_f - 1.0) / (out_f - 1.0)
                     } else {
                         0.0
                     }
@@ -1547,21 +1551,11 @@ pub fn nearest_indices(
                 CoordinateTransform::Asymmetric => o / scale,
                 CoordinateTransform::TfHalfPixelForNearest => (o + 0.5) / scale,
             };
+            let half = x.fract().abs() == 0.5;
             let r = match mode {
-                NearestMode::RoundPreferFloor => {
-                    if x.fract() == 0.5 || x.fract() == -0.5 {
-                        x.floor()
-                    } else {
-                        x.round()
-                    }
-                }
-                NearestMode::RoundPreferCeil => {
-                    if x.fract() == 0.5 || x.fract() == -0.5 {
-                        x.ceil()
-                    } else {
-                        x.round()
-                    }
-                }
+                NearestMode::RoundPreferFloor if half => x.floor(),
+                NearestMode::RoundPreferCeil if half => x.ceil(),
+                NearestMode::RoundPreferFloor | NearestMode::RoundPreferCeil => x.round(),
                 NearestMode::Floor => x.floor(),
                 NearestMode::Ceil => x.ceil(),
             };
@@ -1742,6 +1736,27 @@ pub enum Step {
         /// Epsilon.
         eps: f32,
         /// Output.
+        out: Slot,
+    },
+    /// `out = mlx_fast_scaled_dot_product_attention(q, k, v, scale, mode, mask, sinks=null)`
+    /// with `mode = "causal"` (mask null) when `causal`, else `""` (mask or null). q is
+    /// `[B, Hq, S, D]`, k `[B, Hkv, T, D]`, v `[B, Hkv, T, Dv]` (Hq a multiple of Hkv); a bool
+    /// mask means "attend where true", a float mask is added to the scores.
+    Attention {
+        /// Queries.
+        q: Slot,
+        /// Keys.
+        k: Slot,
+        /// Values.
+        v: Slot,
+        /// Optional mask broadcastable to `[B, Hq, S, T]`.
+        mask: Option<Slot>,
+        /// MLX's causal mask (aligned to the bottom-right; the planner only sets it where that
+        /// agrees with ONNX).
+        causal: bool,
+        /// Score scale.
+        scale: f32,
+        /// Output `[B, Hq, S, Dv]`.
         out: Slot,
     },
     /// `out = mlx_<op>_axes(x, axes.resolve(rank, host), keepdims)`; when the axes resolve to
@@ -1949,6 +1964,193 @@ pub fn split_points(dim: i64, parts: usize, sizes: Option<&[i64]>) -> Result<Vec
 }
 
 impl Step {
+    /// Applies `f` to every slot this step reads (the ones [`Step::inputs`] lists), in place.
+    pub fn map_inputs(&mut self, f: &mut dyn FnMut(&mut Slot)) {
+        use Step::*;
+        fn src(s: &mut ShapeSource, f: &mut dyn FnMut(&mut Slot)) {
+            if let ShapeSource::Dynamic(x) = s {
+                f(x);
+            }
+        }
+        fn fsrc(s: &mut FloatSource, f: &mut dyn FnMut(&mut Slot)) {
+            if let FloatSource::Dynamic(x) = s {
+                f(x);
+            }
+        }
+        match self {
+            Unary { x, .. }
+            | AsType { x, .. }
+            | Transpose { x, .. }
+            | Softmax { x, .. }
+            | ArgReduce { x, .. }
+            | Windows { x, .. }
+            | PoolDivisor { x, .. }
+            | Shape { x, .. }
+            | CumSum { x, .. }
+            | Triangle { x, .. } => f(x),
+            Binary { a, b, .. } | MatMul { a, b, .. } => {
+                f(a);
+                f(b);
+            }
+            Where { cond, x, y, .. } => {
+                f(cond);
+                f(x);
+                f(y);
+            }
+            Addmm { c, a, b, .. } => {
+                f(c);
+                f(a);
+                f(b);
+            }
+            Attention { q, k, v, mask, .. } => {
+                f(q);
+                f(k);
+                f(v);
+                if let Some(m) = mask {
+                    f(m);
+                }
+            }
+            Reshape { x, target, .. } => {
+                f(x);
+                match target {
+                    ReshapeTarget::Onnx { shape, .. } => src(shape, f),
+                    ReshapeTarget::Squeeze { axes: Some(a) } => src(a, f),
+                    ReshapeTarget::Unsqueeze { axes } => src(axes, f),
+                    ReshapeTarget::Like(s) => f(s),
+                    _ => {}
+                }
+            }
+            Expand { x, shape, .. } => {
+                f(x);
+                src(shape, f);
+            }
+            Concat { inputs, .. } => inputs.iter_mut().for_each(f),
+            Slice { x, spec, .. } => {
+                f(x);
+                src(&mut spec.starts, f);
+                src(&mut spec.ends, f);
+                if let Some(a) = &mut spec.axes {
+                    src(a, f);
+                }
+                if let Some(st) = &mut spec.steps {
+                    src(st, f);
+                }
+            }
+            Take { x, indices, .. } | TakeAlongAxis { x, indices, .. } => {
+                f(x);
+                f(indices);
+            }
+            LayerNorm {
+                x, weight, bias, ..
+            } => {
+                f(x);
+                if let Some(w) = weight {
+                    f(w);
+                }
+                if let Some(b) = bias {
+                    f(b);
+                }
+            }
+            RmsNorm { x, weight, .. } => {
+                f(x);
+                if let Some(w) = weight {
+                    f(w);
+                }
+            }
+            Reduce { x, axes, .. } => {
+                f(x);
+                if let ReduceAxes::Dynamic { axes, .. } = axes {
+                    f(axes);
+                }
+            }
+            Conv { x, w, .. } => {
+                f(x);
+                f(w);
+            }
+            Pad { x, pads, value, .. } => {
+                f(x);
+                f(value);
+                if let PadSpec::Onnx { pads, axes } = pads {
+                    src(pads, f);
+                    if let Some(a) = axes {
+                        src(a, f);
+                    }
+                }
+            }
+            ResizeNearest { x, spec, .. } => {
+                f(x);
+                if let Some(s) = &mut spec.scales {
+                    fsrc(s, f);
+                }
+                if let Some(s) = &mut spec.sizes {
+                    src(s, f);
+                }
+            }
+            Full { shape, value, .. } => {
+                src(shape, f);
+                f(value);
+            }
+            Arange {
+                start,
+                limit,
+                delta,
+                ..
+            } => {
+                fsrc(start, f);
+                fsrc(limit, f);
+                fsrc(delta, f);
+            }
+            Split { x, sizes, .. } => {
+                f(x);
+                if let Some(s) = sizes {
+                    src(s, f);
+                }
+            }
+            Tile { x, reps, .. } => {
+                f(x);
+                src(reps, f);
+            }
+        }
+    }
+
+    /// Applies `f` to every slot this step writes, in place.
+    pub fn map_outputs(&mut self, f: &mut dyn FnMut(&mut Slot)) {
+        use Step::*;
+        match self {
+            Split { outs, .. } => outs.iter_mut().for_each(f),
+            Unary { out, .. }
+            | Binary { out, .. }
+            | Where { out, .. }
+            | AsType { out, .. }
+            | MatMul { out, .. }
+            | Addmm { out, .. }
+            | Attention { out, .. }
+            | Reshape { out, .. }
+            | Transpose { out, .. }
+            | Expand { out, .. }
+            | Concat { out, .. }
+            | Slice { out, .. }
+            | Take { out, .. }
+            | TakeAlongAxis { out, .. }
+            | Softmax { out, .. }
+            | LayerNorm { out, .. }
+            | RmsNorm { out, .. }
+            | Reduce { out, .. }
+            | ArgReduce { out, .. }
+            | Conv { out, .. }
+            | Pad { out, .. }
+            | Windows { out, .. }
+            | PoolDivisor { out, .. }
+            | ResizeNearest { out, .. }
+            | Shape { out, .. }
+            | Full { out, .. }
+            | Arange { out, .. }
+            | CumSum { out, .. }
+            | Triangle { out, .. }
+            | Tile { out, .. } => f(out),
+        }
+    }
+
     /// Slots whose arrays this step reads (including host reads and shape-only reads).
     pub fn inputs(&self) -> Vec<Slot> {
         use Step::*;
@@ -1973,6 +2175,11 @@ impl Step {
             Binary { a, b, .. } | MatMul { a, b, .. } => vec![*a, *b],
             Where { cond, x, y, .. } => vec![*cond, *x, *y],
             Addmm { c, a, b, .. } => vec![*c, *a, *b],
+            Attention { q, k, v, mask, .. } => {
+                let mut s = vec![*q, *k, *v];
+                s.extend(mask.iter());
+                s
+            }
             Concat { inputs, .. } => inputs.clone(),
             Take { x, indices, .. } | TakeAlongAxis { x, indices, .. } => vec![*x, *indices],
             LayerNorm {
@@ -2014,6 +2221,7 @@ impl Step {
             | AsType { out, .. }
             | MatMul { out, .. }
             | Addmm { out, .. }
+            | Attention { out, .. }
             | Reshape { out, .. }
             | Transpose { out, .. }
             | Expand { out, .. }
@@ -2084,6 +2292,7 @@ impl Step {
             | AsType { .. }
             | MatMul { .. }
             | Addmm { .. }
+            | Attention { .. }
             | Transpose { .. }
             | Concat { .. }
             | Take { .. }

@@ -514,3 +514,160 @@ fn constant_of_shape_and_range_fold() {
     assert_eq!(get(p.outputs[0]).to_i64_vec().unwrap(), vec![7; 6]);
     assert_eq!(get(p.outputs[1]).to_i64_vec().unwrap(), vec![0, 2, 4]);
 }
+
+/// A Llama-style decoder layer (opset 23): RMSNorm, QKV projections, rotary embeddings with
+/// position ids, grouped-query Attention with a KV cache, output projection, residual.
+fn llama_block() -> Graph {
+    let (d, hq, hkv, hd) = (16, 4, 2, 4);
+    let mut g = G::new(23);
+    g.input("x", DataType::Float, &[-1, -1, d]);
+    g.input("pos", DataType::Int64, &[-1, -1]);
+    g.input("past_k", DataType::Float, &[-1, hkv, -1, hd]);
+    g.input("past_v", DataType::Float, &[-1, hkv, -1, hd]);
+    g.output("y", DataType::Float, &[-1, -1, d]);
+    g.output_any("present_k", DataType::Float);
+    g.output_any("present_v", DataType::Float);
+    g.weight("norm_w", &[d]);
+    g.weight("wq", &[d, hq * hd])
+        .weight("wk", &[d, hkv * hd])
+        .weight("wv", &[d, hkv * hd]);
+    g.weight("wo", &[hq * hd, d]);
+    g.weight("cos", &[64, hd / 2]).weight("sin", &[64, hd / 2]);
+    g.node("RMSNormalization", &["x", "norm_w"], &["h"]);
+    g.node("MatMul", &["h", "wq"], &["q"]);
+    g.node("MatMul", &["h", "wk"], &["k"]);
+    g.node("MatMul", &["h", "wv"], &["v"]);
+    g.node("RotaryEmbedding", &["q", "cos", "sin", "pos"], &["qr"])
+        .attr("num_heads", int(hq));
+    g.node("RotaryEmbedding", &["k", "cos", "sin", "pos"], &["kr"])
+        .attr("num_heads", int(hkv));
+    g.node(
+        "Attention",
+        &["qr", "kr", "v", "", "past_k", "past_v"],
+        &["attn", "present_k", "present_v"],
+    )
+    .attr("q_num_heads", int(hq))
+    .attr("kv_num_heads", int(hkv))
+    .attr("is_causal", int(1));
+    g.node("MatMul", &["attn", "wo"], &["o"]);
+    g.node("Add", &["x", "o"], &["y"]);
+    for (v, s) in [
+        ("h", vec![-1, -1, d]),
+        ("q", vec![-1, -1, hq * hd]),
+        ("k", vec![-1, -1, hkv * hd]),
+        ("v", vec![-1, -1, hkv * hd]),
+        ("qr", vec![-1, -1, hq * hd]),
+        ("kr", vec![-1, -1, hkv * hd]),
+        ("attn", vec![-1, -1, hq * hd]),
+        ("o", vec![-1, -1, d]),
+    ] {
+        g.value(v, DataType::Float, &s);
+    }
+    g.build()
+}
+
+#[test]
+fn snapshot_llama_block() {
+    let plan = plan_of(&llama_block());
+    insta::assert_snapshot!("llama_block", plan.to_string());
+    assert_eq!(plan.compile_class(), CompileClass::ShapeKeyed);
+    assert!(plan.steps.iter().any(|s| matches!(
+        s,
+        Step::Attention {
+            causal: true,
+            mask: None,
+            ..
+        }
+    )));
+    assert!(plan.steps.iter().any(|s| matches!(s, Step::RmsNorm { .. })));
+}
+
+#[test]
+fn causal_attention_without_cache_needs_equal_lengths() {
+    let mut g = G::new(23);
+    g.input("q", DataType::Float, &[1, 2, -1, 4]);
+    g.input("k", DataType::Float, &[1, 2, 5, 4]);
+    g.output_any("y", DataType::Float);
+    g.node("Attention", &["q", "k", "k"], &["y"])
+        .attr("is_causal", int(1));
+    let graph = g.build();
+    let r = Registry::default();
+    let reason = r.claim(&graph, &graph.nodes[0]).unwrap_err().reason;
+    assert!(reason.contains("lengths known to be equal"), "{reason}");
+}
+
+#[test]
+fn cumsum_trilu_groupnorm() {
+    let mut g = G::new(21);
+    g.input("x", DataType::Float, &[2, 4, 3, 3]);
+    g.output_any("c", DataType::Float);
+    g.output_any("t", DataType::Float);
+    g.output_any("n", DataType::Float);
+    g.init_i64("axis", &[], &[-1]);
+    g.init_i64("k", &[], &[1]);
+    g.weight("s", &[4]).weight("b", &[4]);
+    g.node("CumSum", &["x", "axis"], &["c"])
+        .attr("exclusive", int(1));
+    g.node("Trilu", &["x", "k"], &["t"]).attr("upper", int(0));
+    g.node("GroupNormalization", &["x", "s", "b"], &["n"])
+        .attr("num_groups", int(2));
+    let p = single(&g);
+    assert!(matches!(
+        p.steps[0],
+        Step::CumSum {
+            axis: 3,
+            inclusive: false,
+            reverse: false,
+            ..
+        }
+    ));
+    assert!(matches!(
+        p.steps[1],
+        Step::Triangle {
+            upper: false,
+            k: 1,
+            ..
+        }
+    ));
+    assert!(p.steps.iter().any(|s| matches!(
+        s,
+        Step::Reshape {
+            target: ReshapeTarget::Like(_),
+            ..
+        }
+    )));
+}
+
+#[test]
+fn host_program_binds_symbols_and_checks_them() {
+    // Two inputs share the symbol "s1"; the reshape target is computed from input shapes.
+    let mut g = G::new(17);
+    g.input("a", DataType::Float, &[2, -1]);
+    g.input("b", DataType::Float, &[3, -1]);
+    g.output_any("y", DataType::Float);
+    g.init_i64("one", &[1], &[1]);
+    g.init_i64("neg", &[1], &[-1]);
+    g.node("Shape", &["a"], &["sa"]);
+    g.node("Slice", &["sa", "one", "neg"], &["n"]);
+    g.node("Concat", &["neg", "n"], &["target"])
+        .attr("axis", int(0));
+    g.node("Reshape", &["b", "target"], &["y"]);
+    g.value("sa", DataType::Int64, &[2]);
+    g.value("n", DataType::Int64, &[0]);
+    g.value("target", DataType::Int64, &[1]);
+    let p = single(&g);
+    assert_eq!(p.compile_class(), CompileClass::ShapeKeyed);
+    let host_nodes: Vec<&str> = p
+        .host
+        .nodes
+        .iter()
+        .map(|n| n.node.op_type.as_str())
+        .collect();
+    assert_eq!(host_nodes, vec!["Shape", "Slice", "Concat"]);
+    // The Slice of [2, s1] from 1 to -1 is empty: target = [-1].
+    let bound = p.host.run(&[vec![2, 5], vec![3, 5]]).unwrap();
+    assert_eq!(bound[0].1.to_i64_vec().unwrap(), vec![-1]);
+    // Inconsistent symbol values are an error, not a wrong answer.
+    let err = p.host.run(&[vec![2, 5], vec![3, 6]]).unwrap_err();
+    assert!(err.contains("'s1'"), "{err}");
+}

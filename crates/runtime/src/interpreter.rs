@@ -9,6 +9,9 @@ use crate::dtype::to_mlx;
 /// The arrays bound to a plan's slots during one run.
 pub(crate) struct Slots {
     values: Vec<Option<Array>>,
+    /// Host copies of slots computed on the host (the plan's host program), so reading them
+    /// back needs no device sync.
+    host_values: std::collections::HashMap<Slot, onnx_ir::TensorData>,
 }
 
 fn err(e: impl std::fmt::Display) -> RuntimeError {
@@ -33,12 +36,28 @@ impl Slots {
     pub(crate) fn new(n: usize) -> Slots {
         Slots {
             values: (0..n).map(|_| None).collect(),
+            host_values: Default::default(),
         }
     }
 
     /// Binds an array to a slot.
     pub(crate) fn set(&mut self, slot: Slot, value: Array) {
         self.values[slot.index()] = Some(value);
+    }
+
+    /// Binds a host-computed tensor to a slot, keeping its host copy for host reads.
+    pub(crate) fn set_host(
+        &mut self,
+        slot: Slot,
+        value: onnx_ir::TensorData,
+    ) -> Result<(), RuntimeError> {
+        let shape = to_i32s(&value.dims, "host tensor dim")?;
+        self.set(
+            slot,
+            Array::from_bytes(&value.bytes, &shape, to_mlx(value.dtype)?).map_err(err)?,
+        );
+        self.host_values.insert(slot, value);
+        Ok(())
     }
 
     /// The array bound to a slot.
@@ -78,10 +97,26 @@ impl Host<'_> {
 
 impl HostReader for Host<'_> {
     fn ints(&mut self, slot: Slot) -> Result<Vec<i64>, String> {
+        if let Some(v) = self
+            .slots
+            .host_values
+            .get(&slot)
+            .and_then(|t| t.to_i64_vec())
+        {
+            return Ok(v);
+        }
         self.values::<i64>(slot, Dtype::Int64)
     }
 
     fn floats(&mut self, slot: Slot) -> Result<Vec<f64>, String> {
+        if let Some(v) = self
+            .slots
+            .host_values
+            .get(&slot)
+            .and_then(|t| t.to_f64_vec())
+        {
+            return Ok(v);
+        }
         self.values::<f64>(slot, Dtype::Float64)
     }
 }
@@ -258,6 +293,23 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
             let w = weight.map(|w| slots.get(w)).transpose()?;
             fast::rms_norm(slots.get(*x)?, w, *eps, s).map_err(err)?
         }
+        Attention {
+            q,
+            k,
+            v,
+            mask,
+            causal,
+            scale,
+            ..
+        } => {
+            let mask = match (causal, mask) {
+                (true, _) => fast::AttentionMask::Causal,
+                (false, Some(m)) => fast::AttentionMask::Array(slots.get(*m)?),
+                (false, None) => fast::AttentionMask::None,
+            };
+            let (q, k, v) = (slots.get(*q)?, slots.get(*k)?, slots.get(*v)?);
+            fast::scaled_dot_product_attention(q, k, v, *scale, mask, s).map_err(err)?
+        }
         Reduce {
             op,
             x,
@@ -299,7 +351,13 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
             };
             ops::conv_general(xa, slots.get(*w)?, &params, s).map_err(err)?
         }
-        Pad { x, pads, value, .. } => {
+        Pad {
+            x,
+            pads,
+            mode,
+            value,
+            ..
+        } => {
             let shape = shape_i64(slots.get(*x)?);
             let a = pads.resolve(&shape, &mut Host { slots }).map_err(err)?;
             ops::pad(
@@ -308,7 +366,7 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
                 &a.lo,
                 &a.hi,
                 slots.get(*value)?,
-                "constant",
+                mode.mlx_mode(),
                 s,
             )
             .map_err(err)?

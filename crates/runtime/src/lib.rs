@@ -123,20 +123,15 @@ fn dims_i32(dims: &[i64]) -> Result<Vec<i32>, RuntimeError> {
         .collect()
 }
 
-fn last_uses(plan: &Plan) -> Vec<Vec<Slot>> {
-    let mut last: Vec<Option<usize>> = vec![None; plan.num_slots];
-    for (i, step) in plan.steps.iter().enumerate() {
-        for s in step.inputs() {
-            last[s.index()] = Some(i);
-        }
-    }
-    for o in &plan.outputs {
-        last[o.index()] = None;
-    }
+/// For each step, the slots whose last reader it is (output slots are kept).
+fn release_schedule(plan: &Plan) -> Vec<Vec<Slot>> {
     let mut out = vec![Vec::new(); plan.steps.len()];
-    for (slot, step) in last.iter().enumerate() {
-        if let Some(i) = step {
-            out[*i].push(Slot(slot as u32));
+    for (slot, last) in plan.last_uses().into_iter().enumerate() {
+        let slot = Slot(slot as u32);
+        if let Some(i) = last
+            && !plan.outputs.contains(&slot)
+        {
+            out[i].push(slot);
         }
     }
     out
@@ -168,7 +163,7 @@ impl Executable {
         };
         let stream = Stream::default_for(&device)?;
         Ok(Executable {
-            release_after: last_uses(&plan),
+            release_after: release_schedule(&plan),
             plan,
             constants,
             gate: RunGate::new(),
@@ -209,6 +204,12 @@ impl Executable {
         }
         for (slot, array) in &self.constants {
             slots.set(*slot, array.get());
+        }
+        if !self.plan.host.is_empty() {
+            let shapes: Vec<Vec<i64>> = inputs.iter().map(|t| t.dims.to_vec()).collect();
+            for (slot, value) in self.plan.host.run(&shapes).map_err(RuntimeError)? {
+                slots.set_host(slot, value)?;
+            }
         }
         for (step, release) in self.plan.steps.iter().zip(&self.release_after) {
             interpreter::execute(step, &mut slots, s)?;

@@ -9,6 +9,7 @@ use crate::registry::ClaimCtx;
 use crate::step::{BinaryOp as B, UnaryOp as U};
 
 /// Registers the elementwise family.
+#[rustfmt::skip]
 pub fn register(r: &mut Registry) {
     // Arithmetic (opset 7 introduced numpy broadcasting; older forms had a `broadcast` attr).
     r.op("", "Add", 7, MAX, claim_arith, lower_arith);
@@ -76,30 +77,9 @@ pub fn register(r: &mut Registry) {
     r.op("", "Elu", 6, MAX, claim_float_unary, lower_activation);
     r.op("", "Selu", 6, MAX, claim_float_unary, lower_activation);
     r.op("", "Celu", 12, MAX, claim_float_unary, lower_activation);
-    r.op(
-        "",
-        "HardSigmoid",
-        6,
-        MAX,
-        claim_float_unary,
-        lower_activation,
-    );
-    r.op(
-        "",
-        "HardSwish",
-        14,
-        MAX,
-        claim_float_unary,
-        lower_activation,
-    );
-    r.op(
-        "",
-        "ThresholdedRelu",
-        10,
-        MAX,
-        claim_float_unary,
-        lower_activation,
-    );
+    r.op("", "HardSigmoid", 6, MAX, claim_float_unary, lower_activation);
+    r.op("", "HardSwish", 14, MAX, claim_float_unary, lower_activation);
+    r.op("", "ThresholdedRelu", 10, MAX, claim_float_unary, lower_activation);
     r.op("", "Mish", 18, MAX, claim_float_unary, lower_activation);
     r.op("", "PRelu", 7, MAX, claim_prelu, lower_prelu);
     r.op("", "Gelu", 20, MAX, claim_gelu, lower_gelu);

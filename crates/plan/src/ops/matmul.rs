@@ -7,6 +7,7 @@ use crate::decline;
 use crate::registry::ClaimCtx;
 
 /// Registers the matmul family.
+#[rustfmt::skip]
 pub fn register(r: &mut Registry) {
     r.op("", "MatMul", 1, MAX, claim_matmul, lower_matmul);
     r.op("", "Gemm", 7, MAX, claim_gemm, lower_gemm);

@@ -13,6 +13,7 @@ pub mod nn;
 pub mod norm;
 pub mod reduce;
 pub mod shape;
+pub mod transformer;
 
 /// The newest opset every open-ended registration covers.
 pub(crate) const MAX: i64 = crate::registry::MAX_KNOWN_OPSET;
@@ -25,6 +26,7 @@ pub fn register_all(r: &mut Registry) {
     reduce::register(r);
     norm::register(r);
     nn::register(r);
+    transformer::register(r);
 }
 
 /// DataType::Float types MLX computes on every device.

@@ -13,26 +13,13 @@ use crate::step::{
 };
 
 /// Registers the nn family.
+#[rustfmt::skip]
 pub fn register(r: &mut Registry) {
     r.op("", "Conv", 1, MAX, claim_conv, lower_conv);
     r.op("", "MaxPool", 1, MAX, claim_pool, lower_pool);
     r.op("", "AveragePool", 1, MAX, claim_pool, lower_pool);
-    r.op(
-        "",
-        "GlobalAveragePool",
-        1,
-        MAX,
-        claim_global_pool,
-        lower_global_pool,
-    );
-    r.op(
-        "",
-        "GlobalMaxPool",
-        1,
-        MAX,
-        claim_global_pool,
-        lower_global_pool,
-    );
+    r.op("", "GlobalAveragePool", 1, MAX, claim_global_pool, lower_global_pool);
+    r.op("", "GlobalMaxPool", 1, MAX, claim_global_pool, lower_global_pool);
     r.op("", "Resize", 11, MAX, claim_resize, lower_resize);
 }
 

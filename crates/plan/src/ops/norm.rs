@@ -11,41 +11,15 @@ use crate::step::{
 };
 
 /// Registers the normalisation family.
+#[rustfmt::skip]
 pub fn register(r: &mut Registry) {
     r.op("", "Softmax", 1, MAX, claim_softmax, lower_softmax);
     r.op("", "LogSoftmax", 1, MAX, claim_softmax, lower_softmax);
-    r.op(
-        "",
-        "LayerNormalization",
-        17,
-        MAX,
-        claim_layer_norm,
-        lower_layer_norm,
-    );
-    r.op(
-        "",
-        "RMSNormalization",
-        23,
-        MAX,
-        claim_layer_norm,
-        lower_rms_norm,
-    );
-    r.op(
-        "",
-        "BatchNormalization",
-        7,
-        MAX,
-        claim_batch_norm,
-        lower_batch_norm,
-    );
-    r.op(
-        "",
-        "InstanceNormalization",
-        6,
-        MAX,
-        claim_instance_norm,
-        lower_instance_norm,
-    );
+    r.op("", "LayerNormalization", 17, MAX, claim_layer_norm, lower_layer_norm);
+    r.op("", "RMSNormalization", 23, MAX, claim_layer_norm, lower_rms_norm);
+    r.op("", "BatchNormalization", 7, MAX, claim_batch_norm, lower_batch_norm);
+    r.op("", "InstanceNormalization", 6, MAX, claim_instance_norm, lower_instance_norm);
+    r.op("", "GroupNormalization", 18, MAX, claim_group_norm, lower_group_norm);
 }
 
 /// Softmax axes: opset < 13 coerces the input to 2-D at `axis` (so the trailing dims are
@@ -365,6 +339,84 @@ fn lower_instance_norm(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError>
     let bias = per_channel(ctx, bias, cdt, rank);
     let y = ctx.binary(B::Multiply, y, scale, cdt);
     let y = ctx.binary(B::Add, y, bias, cdt);
+    let y = ctx.cast(y, cdt, dt);
+    ctx.finish(node, 0, y, dt)
+}
+
+fn claim_group_norm(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
+    same_dtypes(ctx, node, 0..3, FLOATS)?;
+    let rank = ctx.expect_rank(node, 0)?;
+    if rank < 3 {
+        decline!("GroupNormalization: input rank {rank} is below 3");
+    }
+    match attr_int(node, "num_groups").or_decline()? {
+        Some(g) if g > 0 => {}
+        _ => decline!("GroupNormalization: num_groups is missing or invalid"),
+    }
+    if attr_int(node, "stash_type").or_decline()?.unwrap_or(1) != 1 {
+        decline!("GroupNormalization: stash_type other than float is not claimed");
+    }
+    Ok(())
+}
+
+/// x `[N, C, *]` -> `[N, G, C/G * spatial]`, normalised per group in float32; scale and bias
+/// are per group (opset 18) or per channel (opset 21).
+fn lower_group_norm(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
+    let dt = ctx.input_dtype(node, 0)?;
+    let rank = ctx.need_rank(node, 0)?;
+    let groups = attr_int(node, "num_groups").or_invalid(node)?.unwrap_or(1);
+    let eps = attr_float(node, "epsilon")
+        .or_invalid(node)?
+        .unwrap_or(1e-5);
+    let cdt = compute_dtype(dt);
+    let x = ctx.input(node, 0)?;
+    let xc = ctx.cast(x, dt, cdt);
+    let xg = ctx.temp(cdt);
+    ctx.push(Step::Reshape {
+        x: xc,
+        target: ReshapeTarget::Onnx {
+            shape: ShapeSource::Static(vec![0, groups, -1]),
+            allowzero: false,
+        },
+        out: xg,
+    });
+    let mean = reduce(ctx, ReduceOp::Mean, xg, &[2], cdt);
+    let d = ctx.binary(B::Subtract, xg, mean, cdt);
+    let d2 = ctx.unary(U::Square, d, cdt);
+    let var = reduce(ctx, ReduceOp::Mean, d2, &[2], cdt);
+    let e = ctx.scalar(cdt, eps as f64)?;
+    let ve = ctx.binary(B::Add, var, e, cdt);
+    let inv = ctx.unary(U::Rsqrt, ve, cdt);
+    let mut y = ctx.binary(B::Multiply, d, inv, cdt);
+    let scale = ctx.input(node, 1)?;
+    let scale = ctx.cast(scale, dt, cdt);
+    let bias = ctx.input(node, 2)?;
+    let bias = ctx.cast(bias, dt, cdt);
+    if ctx.opset() < 21 {
+        // Per-group parameters [G] -> [G, 1] against [N, G, L].
+        let s = per_channel(ctx, scale, cdt, 3);
+        let b = per_channel(ctx, bias, cdt, 3);
+        y = ctx.binary(B::Multiply, y, s, cdt);
+        y = ctx.binary(B::Add, y, b, cdt);
+        let back = ctx.temp(cdt);
+        ctx.push(Step::Reshape {
+            x: y,
+            target: ReshapeTarget::Like(x),
+            out: back,
+        });
+        y = back;
+    } else {
+        let back = ctx.temp(cdt);
+        ctx.push(Step::Reshape {
+            x: y,
+            target: ReshapeTarget::Like(x),
+            out: back,
+        });
+        let s = per_channel(ctx, scale, cdt, rank);
+        let b = per_channel(ctx, bias, cdt, rank);
+        y = ctx.binary(B::Multiply, back, s, cdt);
+        y = ctx.binary(B::Add, y, b, cdt);
+    }
     let y = ctx.cast(y, cdt, dt);
     ctx.finish(node, 0, y, dt)
 }

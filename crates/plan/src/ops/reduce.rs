@@ -9,6 +9,7 @@ use crate::registry::ClaimCtx;
 use crate::step::{ArgReduceOp, ReduceAxes, ReduceOp, UnaryOp as U, normalize_axes};
 
 /// Registers the reduction family.
+#[rustfmt::skip]
 pub fn register(r: &mut Registry) {
     for op in [
         "ReduceMean",
@@ -25,6 +26,7 @@ pub fn register(r: &mut Registry) {
         r.op("", op, 1, MAX, claim_reduce, lower_reduce);
     }
     r.op("", "ArgMax", 1, MAX, claim_arg, lower_arg);
+    r.op("", "CumSum", 11, MAX, claim_cumsum, lower_cumsum);
     r.op("", "ArgMin", 1, MAX, claim_arg, lower_arg);
 }
 
@@ -225,4 +227,51 @@ fn lower_arg(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     });
     let out = ctx.cast(idx, DataType::Uint32, DataType::Int64);
     ctx.finish(node, 0, out, DataType::Int64)
+}
+
+fn claim_cumsum(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
+    ctx.expect_dtype(
+        node,
+        0,
+        &[
+            DataType::Float,
+            DataType::Float16,
+            DataType::BFloat16,
+            DataType::Int32,
+            DataType::Int64,
+            DataType::Uint32,
+            DataType::Uint64,
+        ],
+    )?;
+    ctx.expect_dtype(node, 1, &[DataType::Int32, DataType::Int64])?;
+    match node.input(1).and_then(|n| ctx.constant(n)) {
+        Some(t) if t.numel() == 1 => Ok(()),
+        _ => decline!("CumSum: the axis must be a constant scalar"),
+    }
+}
+
+fn lower_cumsum(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
+    let dt = ctx.input_dtype(node, 0)?;
+    let Some(axis) = ctx
+        .const_input(node, 1)
+        .and_then(|t| t.to_i64_vec())
+        .and_then(|v| v.first().copied())
+    else {
+        invalid!(node, "the axis is not a constant");
+    };
+    let axis = match ctx.input_rank(node, 0) {
+        Some(r) => crate::step::normalize_axis(axis, r).or_invalid(node)? as i64,
+        None => axis,
+    };
+    let x = ctx.input(node, 0)?;
+    let out = ctx.temp(dt);
+    ctx.push(Step::CumSum {
+        x,
+        axis: axis as i32,
+        reverse: attr_int(node, "reverse").or_invalid(node)?.unwrap_or(0) != 0,
+        inclusive: attr_int(node, "exclusive").or_invalid(node)?.unwrap_or(0) == 0,
+        dtype: dt,
+        out,
+    });
+    ctx.finish(node, 0, out, dt)
 }

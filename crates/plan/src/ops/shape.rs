@@ -14,6 +14,7 @@ use crate::step::{
 };
 
 /// Registers the shape family.
+#[rustfmt::skip]
 pub fn register(r: &mut Registry) {
     r.op("", "Reshape", 5, MAX, claim_reshape, lower_reshape);
     r.op("", "Flatten", 1, MAX, claim_data, lower_flatten);
@@ -23,30 +24,17 @@ pub fn register(r: &mut Registry) {
     r.op("", "Concat", 4, MAX, claim_concat, lower_concat);
     r.op("", "Slice", 1, MAX, claim_slice, lower_slice);
     r.op("", "Gather", 1, MAX, claim_gather, lower_gather);
-    r.op(
-        "",
-        "GatherElements",
-        11,
-        MAX,
-        claim_gather,
-        lower_gather_elements,
-    );
+    r.op("", "GatherElements", 11, MAX, claim_gather, lower_gather_elements);
     r.op("", "Shape", 1, MAX, claim_shape, lower_shape);
     r.op("", "Size", 1, MAX, claim_shape, lower_size);
     r.op("", "Expand", 8, MAX, claim_expand, lower_expand);
-    r.op(
-        "",
-        "ConstantOfShape",
-        9,
-        MAX,
-        claim_constant_of_shape,
-        lower_constant_of_shape,
-    );
+    r.op("", "ConstantOfShape", 9, MAX, claim_constant_of_shape, lower_constant_of_shape);
     r.op("", "Constant", 1, MAX, claim_constant, lower_constant);
     r.op("", "Tile", 6, MAX, claim_tile, lower_tile);
     r.op("", "Split", 2, MAX, claim_split, lower_split);
     r.op("", "Range", 11, MAX, claim_range, lower_range);
     r.op("", "Pad", 2, MAX, claim_pad, lower_pad);
+    r.op("", "Trilu", 14, MAX, claim_trilu, lower_trilu);
 }
 
 fn claim_data(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
@@ -661,6 +649,46 @@ fn lower_pad(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
         pads,
         mode,
         value,
+        out,
+    });
+    ctx.finish(node, 0, out, dt)
+}
+
+fn claim_trilu(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
+    ctx.expect_dtype(node, 0, DATA)?;
+    if let Some(r) = ctx.rank(node.input(0).unwrap_or(""))
+        && r < 2
+    {
+        decline!("Trilu: input rank {r} is below 2");
+    }
+    if let Some(k) = node.input(1) {
+        match ctx.constant(k) {
+            Some(t) if t.numel() == 1 => {}
+            _ => decline!("Trilu: k must be a constant scalar"),
+        }
+    }
+    Ok(())
+}
+
+fn lower_trilu(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
+    let dt = ctx.input_dtype(node, 0)?;
+    let k = match node.input(1) {
+        None => 0,
+        Some(_) => match ctx
+            .const_input(node, 1)
+            .and_then(|t| t.to_i64_vec())
+            .and_then(|v| v.first().copied())
+        {
+            Some(k) => k,
+            None => invalid!(node, "k is not a constant"),
+        },
+    };
+    let x = ctx.input(node, 0)?;
+    let out = ctx.temp(dt);
+    ctx.push(Step::Triangle {
+        x,
+        upper: attr_int(node, "upper").or_invalid(node)?.unwrap_or(1) != 0,
+        k: k.clamp(i32::MIN as i64, i32::MAX as i64) as i32,
         out,
     });
     ctx.finish(node, 0, out, dt)
