@@ -5,6 +5,7 @@
 //! [`Executable::run`] binds the inputs, interprets the steps (building MLX's lazy graph),
 //! evaluates the outputs together and hands back their bytes.
 
+mod compiled;
 mod dtype;
 mod interpreter;
 
@@ -17,7 +18,10 @@ use parking_lot::Mutex;
 use plan::{Plan, Slot};
 use run_gate::RunGate;
 
+pub use compiled::{CacheStats, CompileSlot, GENERAL_CAPACITY, PREFILL_CAPACITY};
 pub use dtype::{to_mlx, to_onnx};
+
+use compiled::CompiledCache;
 
 /// Where a plan runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -37,6 +41,12 @@ pub struct RuntimeOptions {
     /// Share identical initializers across sessions (the pool's own environment switch
     /// can still turn sharing off).
     pub share_initializers: bool,
+    /// Compile plans with `mlx_compile`; `None` picks the default: on for the GPU, off for
+    /// the CPU (MLX's CPU compile runs the system C++ compiler at first use of each fused
+    /// kernel, which costs seconds).
+    pub compile: Option<bool>,
+    /// Capacity of each shape-keyed compiled cache (`None`: the defaults).
+    pub compile_cache_capacity: Option<usize>,
 }
 
 impl Default for RuntimeOptions {
@@ -44,6 +54,8 @@ impl Default for RuntimeOptions {
         RuntimeOptions {
             device: DeviceKind::Cpu,
             share_initializers: true,
+            compile: None,
+            compile_cache_capacity: None,
         }
     }
 }
@@ -97,14 +109,66 @@ impl OutputTensor {
 /// Mutable per-run state, used by one thread at a time (behind the run gate and a lock).
 struct RunState {
     stream: Stream,
+    compiled: CompiledCache,
+}
+
+/// A plan with its constants: everything a trace needs, shared with compiled closures.
+pub(crate) struct Program {
+    pub(crate) plan: Plan,
+    constants: Vec<(Slot, Arc<FrozenArray>)>,
+    /// For each step, the slots whose last reader it is (dropped after it runs).
+    release_after: Vec<Vec<Slot>>,
+}
+
+impl Program {
+    /// Builds the outputs' (lazy) arrays from the input arrays, in the plan's output order
+    /// and dtypes. `host` binds the host program's results for these input shapes.
+    pub(crate) fn trace(
+        &self,
+        inputs: Vec<Array>,
+        host: &[(Slot, TensorData)],
+        s: &Stream,
+    ) -> Result<Vec<Array>, RuntimeError> {
+        let mut slots = interpreter::Slots::new(self.plan.num_slots);
+        for (input, array) in self.plan.inputs.iter().zip(inputs) {
+            slots.set(input.slot, array);
+        }
+        for (slot, array) in &self.constants {
+            slots.set(*slot, array.get());
+        }
+        for (slot, value) in host {
+            slots.set_host(*slot, value.clone())?;
+        }
+        for (step, release) in self.plan.steps.iter().zip(&self.release_after) {
+            interpreter::execute(step, &mut slots, s)?;
+            for r in release {
+                slots.clear(*r);
+            }
+        }
+        self.plan
+            .outputs
+            .iter()
+            .map(|slot| {
+                let a = slots.get(*slot)?.clone();
+                let want = to_mlx(self.plan.dtype(*slot))?;
+                if a.dtype() == want {
+                    return Ok(a);
+                }
+                log::warn!(
+                    "{} is {:?}, the plan declares {want:?}; casting",
+                    self.plan.slots[slot.index()].name,
+                    a.dtype()
+                );
+                mlx::ops::astype(&a, want, s).map_err(Into::into)
+            })
+            .collect()
+    }
 }
 
 /// One runnable plan (a fused ORT node).
 pub struct Executable {
-    plan: Plan,
-    constants: Vec<(Slot, Arc<FrozenArray>)>,
-    /// For each step, the slots whose last reader it is (dropped after it runs).
-    release_after: Vec<Vec<Slot>>,
+    program: Arc<Program>,
+    device: DeviceKind,
     gate: RunGate,
     state: Mutex<RunState>,
 }
@@ -156,40 +220,59 @@ impl Executable {
             })
             .collect::<Result<Vec<_>, RuntimeError>>()?;
         let uses_f64 = plan.slots.iter().any(|s| s.dtype == DataType::Double);
+        // float64 (and a missing GPU) run on the CPU stream.
         let device = match options.device {
-            DeviceKind::Gpu if !uses_f64 && gpu_available() => Device::gpu(),
-            // float64 (and a missing GPU) run on the CPU stream.
-            _ => Device::cpu(),
+            DeviceKind::Gpu if !uses_f64 && gpu_available() => DeviceKind::Gpu,
+            _ => DeviceKind::Cpu,
         };
-        let stream = Stream::default_for(&device)?;
-        Ok(Executable {
+        let stream = Stream::default_for(&match device {
+            DeviceKind::Gpu => Device::gpu(),
+            DeviceKind::Cpu => Device::cpu(),
+        })?;
+        let program = Program {
             release_after: release_schedule(&plan),
             plan,
             constants,
+        };
+        let compile = options.compile.unwrap_or(device == DeviceKind::Gpu);
+        let compiled = CompiledCache::new(&program, compile, options.compile_cache_capacity);
+        Ok(Executable {
+            program: Arc::new(program),
+            device,
             gate: RunGate::new(),
-            state: Mutex::new(RunState { stream }),
+            state: Mutex::new(RunState { stream, compiled }),
         })
     }
 
     /// The plan this executable runs.
     pub fn plan(&self) -> &Plan {
-        &self.plan
+        &self.program.plan
+    }
+
+    /// The device the plan runs on (the GPU only when asked for, present, and no float64).
+    pub fn device(&self) -> DeviceKind {
+        self.device
+    }
+
+    /// Counters of the compiled-closure caches.
+    pub fn cache_stats(&self) -> CacheStats {
+        self.state.lock().compiled.stats()
     }
 
     /// Runs the plan on inputs given in the plan's input order.
     pub fn run(&self, inputs: &[InputTensor<'_>]) -> Result<Vec<OutputTensor>, RuntimeError> {
         let _run = self.gate.enter().map_err(|e| RuntimeError(e.to_string()))?;
-        let state = self.state.lock();
-        let s = &state.stream;
-        if inputs.len() != self.plan.inputs.len() {
+        let mut state = self.state.lock();
+        let plan = &self.program.plan;
+        if inputs.len() != plan.inputs.len() {
             return Err(RuntimeError(format!(
                 "the fused node takes {} inputs, {} were given",
-                self.plan.inputs.len(),
+                plan.inputs.len(),
                 inputs.len()
             )));
         }
-        let mut slots = interpreter::Slots::new(self.plan.num_slots);
-        for (input, tensor) in self.plan.inputs.iter().zip(inputs) {
+        let mut arrays = Vec::with_capacity(inputs.len());
+        for (input, tensor) in plan.inputs.iter().zip(inputs) {
             if tensor.dtype != input.dtype {
                 return Err(RuntimeError(format!(
                     "input '{}' is {}, the model declares {}",
@@ -197,49 +280,29 @@ impl Executable {
                 )));
             }
             let shape = dims_i32(tensor.dims)?;
-            slots.set(
-                input.slot,
-                Array::from_bytes(tensor.data, &shape, to_mlx(tensor.dtype)?)?,
-            );
+            arrays.push(Array::from_bytes(
+                tensor.data,
+                &shape,
+                to_mlx(tensor.dtype)?,
+            )?);
         }
-        for (slot, array) in &self.constants {
-            slots.set(*slot, array.get());
-        }
-        if !self.plan.host.is_empty() {
-            let shapes: Vec<Vec<i64>> = inputs.iter().map(|t| t.dims.to_vec()).collect();
-            for (slot, value) in self.plan.host.run(&shapes).map_err(RuntimeError)? {
-                slots.set_host(slot, value)?;
-            }
-        }
-        for (step, release) in self.plan.steps.iter().zip(&self.release_after) {
-            interpreter::execute(step, &mut slots, s)?;
-            for r in release {
-                slots.clear(*r);
-            }
-        }
-        let mut outputs = Vec::with_capacity(self.plan.outputs.len());
-        for (i, slot) in self.plan.outputs.iter().enumerate() {
-            let want = self.plan.slots.get(slot.index()).map(|s| s.dtype);
-            let mut a = slots.get(*slot)?.clone();
-            if let Some(want) = want {
-                let want_mlx = to_mlx(want)?;
-                if a.dtype() != want_mlx {
-                    log::warn!(
-                        "output {i} is {:?}, the plan declares {want}; casting",
-                        a.dtype()
-                    );
-                    a = mlx::ops::astype(&a, want_mlx, s)?;
-                }
-            }
-            outputs.push(a);
-        }
+        let shapes: Vec<Vec<i64>> = inputs.iter().map(|t| t.dims.to_vec()).collect();
+        let host = if plan.host.is_empty() {
+            Vec::new()
+        } else {
+            plan.host.run(&shapes).map_err(RuntimeError)?
+        };
+        let RunState { stream, compiled } = &mut *state;
+        let outputs = match compiled.slot_for(&shapes) {
+            Some(slot) => compiled.run(slot, &self.program, self.device, &arrays, host, shapes)?,
+            None => self.program.trace(arrays, &host, stream)?,
+        };
         let refs: Vec<&Array> = outputs.iter().collect();
         mlx::eval(&refs)?;
-        drop(slots);
         outputs
             .into_iter()
             .map(|a| {
-                let array = a.to_contiguous(s)?;
+                let array = a.to_contiguous(stream)?;
                 let dtype =
                     to_onnx(array.dtype()).ok_or_else(|| RuntimeError("complex output".into()))?;
                 Ok(OutputTensor {

@@ -262,3 +262,160 @@ fn identical_initializers_are_shared_between_executables() {
     assert_eq!(ra[0].data(), rb[0].data());
     assert!((f32s(ra[0].data())[10] - (1.0 + w[10])).abs() < 1e-6);
 }
+
+fn run_f32(exe: &Executable, inputs: &[(&[i64], &[f32])]) -> Vec<f32> {
+    let bytes: Vec<Vec<u8>> = inputs.iter().map(|(_, v)| f32_bytes(v)).collect();
+    let tensors: Vec<InputTensor> = inputs
+        .iter()
+        .zip(&bytes)
+        .map(|((dims, _), data)| InputTensor {
+            dtype: DataType::Float,
+            dims,
+            data,
+        })
+        .collect();
+    f32s(exe.run(&tensors).unwrap()[0].data())
+}
+
+fn gelu_graph() -> Graph {
+    let mut g = graph(
+        vec![ValueInfo::new(
+            "x",
+            DataType::Float,
+            vec![Dim::Symbolic("n".into()), Dim::Fixed(4)],
+        )],
+        vec![ValueInfo::new(
+            "y",
+            DataType::Float,
+            vec![Dim::Symbolic("n".into()), Dim::Fixed(4)],
+        )],
+        vec![
+            Node::new("Div", ["x", "sqrt2"], ["a"]),
+            Node::new("Erf", ["a"], ["b"]),
+            Node::new("Add", ["b", "one"], ["c"]),
+            Node::new("Mul", ["x", "c"], ["d"]),
+            Node::new("Mul", ["d", "half"], ["y"]),
+        ],
+    );
+    g.initializers.insert(
+        "sqrt2".into(),
+        TensorData::from_f32(vec![], &[std::f32::consts::SQRT_2]),
+    );
+    g.initializers
+        .insert("one".into(), TensorData::from_f32(vec![], &[1.0]));
+    g.initializers
+        .insert("half".into(), TensorData::from_f32(vec![], &[0.5]));
+    g
+}
+
+fn with_compile(g: &Graph, compile: bool, capacity: Option<usize>) -> Executable {
+    let plan = plan::build_plan(g, &plan::Registry::default()).expect("plan");
+    let options = RuntimeOptions {
+        compile: Some(compile),
+        compile_cache_capacity: capacity,
+        ..RuntimeOptions::default()
+    };
+    Executable::new(plan, &options).expect("executable")
+}
+
+#[test]
+fn compiled_runs_equal_eager_runs_and_the_shape_cache_is_bounded() {
+    let g = gelu_graph();
+    let eager = with_compile(&g, false, None);
+    let compiled = with_compile(&g, true, Some(2));
+    for n in [1i64, 3, 1, 5, 3, 1] {
+        let x: Vec<f32> = (0..n * 4).map(|i| i as f32 * 0.37 - 2.0).collect();
+        let dims = [n, 4];
+        // MLX's CPU compile builds fused kernels with the system compiler, which may contract
+        // multiply-adds differently from libmlx's own kernels: equal up to float rounding.
+        let (c, e) = (
+            run_f32(&compiled, &[(&dims, &x)]),
+            run_f32(&eager, &[(&dims, &x)]),
+        );
+        assert_eq!(c.len(), e.len());
+        for (a, b) in c.iter().zip(&e) {
+            assert!(
+                (a - b).abs() <= 1e-6 * b.abs().max(1.0),
+                "n = {n}: {c:?} vs {e:?}"
+            );
+        }
+    }
+    assert_eq!(eager.cache_stats().compiles, 0, "compile off means eager");
+    let stats = compiled.cache_stats();
+    assert!(stats.compiles >= 3, "{stats:?}");
+    assert!(
+        stats.held <= 2,
+        "the general cache holds at most its capacity: {stats:?}"
+    );
+    assert!(stats.evictions >= 1, "{stats:?}");
+    assert!(stats.hits >= 1, "{stats:?}");
+}
+
+#[test]
+fn decode_shaped_runs_use_one_shapeless_closure() {
+    // An input named input_ids of sequence length 1 selects the decode slot.
+    let mut g = graph(
+        vec![
+            ValueInfo::new(
+                "input_ids",
+                DataType::Int64,
+                vec![Dim::Symbolic("b".into()), Dim::Symbolic("s".into())],
+            ),
+            ValueInfo::new(
+                "past",
+                DataType::Float,
+                vec![Dim::Symbolic("b".into()), Dim::Symbolic("p".into())],
+            ),
+        ],
+        vec![ValueInfo::new(
+            "y",
+            DataType::Float,
+            vec![Dim::Unknown, Dim::Unknown],
+        )],
+        vec![
+            Node::new("Cast", ["input_ids"], ["ids_f"]).with_attr("to", Attribute::Int(1)),
+            Node::new("Concat", ["past", "ids_f"], ["cat"]).with_attr("axis", Attribute::Int(1)),
+            Node::new("Tanh", ["cat"], ["y"]),
+        ],
+    );
+    g.value_info.get_mut("ids_f").unwrap().dtype = Some(DataType::Float);
+    let exe = with_compile(&g, true, None);
+    let eager = with_compile(&g, false, None);
+    for past_len in [0i64, 1, 2, 3] {
+        let ids: Vec<u8> = [7i64].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let past: Vec<f32> = (0..past_len).map(|i| i as f32 * 0.1).collect();
+        let past_b = f32_bytes(&past);
+        let run = |e: &Executable| {
+            let out = e
+                .run(&[
+                    InputTensor {
+                        dtype: DataType::Int64,
+                        dims: &[1, 1],
+                        data: &ids,
+                    },
+                    InputTensor {
+                        dtype: DataType::Float,
+                        dims: &[1, past_len],
+                        data: &past_b,
+                    },
+                ])
+                .unwrap();
+            (out[0].dims.clone(), f32s(out[0].data()))
+        };
+        assert_eq!(run(&exe), run(&eager), "past length {past_len}");
+    }
+    let stats = exe.cache_stats();
+    if exe.plan().compile_class() == plan::CompileClass::Shapeless {
+        assert_eq!(
+            stats.compiles, 1,
+            "one shapeless closure for every decode step: {stats:?}"
+        );
+        assert_eq!(stats.hits, 3, "{stats:?}");
+    } else {
+        assert_eq!(
+            stats.compiles, 0,
+            "a shape-keyed decode runs eagerly: {stats:?}"
+        );
+        assert_eq!(stats.eager_fallbacks, 4, "{stats:?}");
+    }
+}
