@@ -35,6 +35,9 @@ import pytest
 MLX_EP = "MLXExecutionProvider"
 CPU_EP = "CPUExecutionProvider"
 LIBRARY_VAR = "ORTMLX_EP_LIBRARY"
+# `ORTMLX_TEST_DEVICE=gpu` runs every MLX session on MLX's GPU stream (the GPU check on the
+# device machine sets it); unset, the EP's default device (the CPU) is used.
+DEFAULT_EP_OPTIONS = {"device": os.environ["ORTMLX_TEST_DEVICE"]} if os.environ.get("ORTMLX_TEST_DEVICE") else {}
 REGISTRATION_NAME = "ortmlx"
 
 #: ORT >= 1.24 reports EP graph assignment; older ones are checked through profiling.
@@ -134,7 +137,9 @@ def make_session(
         options.add_session_config_entry(key, value)
     data = _model_bytes(model)
     if mlx:
-        options.add_provider_for_devices(mlx_ep_devices(), dict(ep_options or {}))
+        merged = dict(DEFAULT_EP_OPTIONS)
+        merged.update(ep_options or {})
+        options.add_provider_for_devices(mlx_ep_devices(), merged)
         session = ort.InferenceSession(data, sess_options=options)
     else:
         session = ort.InferenceSession(data, sess_options=options, providers=[CPU_EP])

@@ -5,7 +5,7 @@
 //! cargo xtask build        build the EP library (release) and print its path
 //! cargo xtask demo         setup + build, then run a small encoder with the MLX EP vs the CPU EP
 //! cargo xtask test         setup + build, cargo test --workspace, then pytest against every pinned ORT
-//! cargo xtask bench gemm   (not yet wired)
+//! cargo xtask bench gemm
 //! ```
 //!
 //! Only std and `anyhow`: this binary is built on every `cargo xtask` call, so it stays small.
@@ -13,6 +13,7 @@
 mod bench;
 mod build;
 mod demo;
+mod gpu_check;
 mod setup;
 mod test;
 mod util;
@@ -35,7 +36,8 @@ commands:
       --no-rust         skip cargo test --workspace
       --no-python       skip the pytest suites
       --ort <version>   run pytest only against this ONNX Runtime (repeatable)
-  bench gemm            (not yet wired)
+  bench gemm            a 1024^3 float32 matmul: MLX vs the system BLAS (target/bench/gemm.json)
+  gpu-check             stage .gpu/ for the NVIDIA device machine (see tests/gpu/)
   help                  this text
 
 environment:
@@ -59,6 +61,7 @@ fn main() -> ExitCode {
         "demo" => no_args(command, rest).and_then(|()| demo::run()),
         "test" => test::Options::parse(rest).and_then(test::run),
         "bench" => bench::run(rest),
+        "gpu-check" => no_args(command, rest).and_then(|()| gpu_check::run_check()),
         "help" | "-h" | "--help" => {
             print!("{USAGE}");
             Ok(())

@@ -236,6 +236,12 @@ impl Executable {
         };
         let compile = options.compile.unwrap_or(device == DeviceKind::Gpu);
         let compiled = CompiledCache::new(&program, compile, options.compile_cache_capacity);
+        log::info!(
+            "executable: {} step(s) on the {device:?} stream, compile class {:?}, compile {}",
+            program.plan.steps.len(),
+            program.plan.compile_class(),
+            if compile { "on" } else { "off" }
+        );
         Ok(Executable {
             program: Arc::new(program),
             device,
@@ -315,9 +321,23 @@ impl Executable {
     }
 }
 
-/// One-time process setup (MLX's error handler). Safe to call repeatedly.
+/// One-time process setup (MLX's error handler, float32 matmul precision). Safe to call
+/// repeatedly.
+///
+/// MLX's CUDA backend computes float32 matmuls in TF32 unless `MLX_ENABLE_TF32=0`, which moves
+/// results by about 1e-3 relative; ONNX Runtime users expect float32. So TF32 is off unless the
+/// user set `MLX_ENABLE_TF32` before the EP loaded (`MLX_ENABLE_TF32=1` allows it).
 pub fn init() -> Result<(), RuntimeError> {
-    mlx::install_error_handler();
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        mlx::install_error_handler();
+        if std::env::var_os("MLX_ENABLE_TF32").is_none() {
+            // SAFETY: runs once, when the EP library is set up (ORT's registration call),
+            // before any MLX work that reads the variable; nothing else here touches the
+            // environment concurrently.
+            unsafe { std::env::set_var("MLX_ENABLE_TF32", "0") };
+        }
+    });
     Ok(())
 }
 

@@ -1,0 +1,119 @@
+//! `cargo xtask gpu-check`: stages what the NVIDIA device machine needs to run the EP on MLX's
+//! CUDA backend, and says how to run it there.
+//!
+//! The plugin and libmlxc are built here (libmlxc built against the CPU wheel links only symbols
+//! that the CUDA wheel's libmlx also exports); the CUDA wheel's libmlx (pinned, verified) is
+//! stripped, xz-compressed and split in two parts, because one device call carries at most
+//! 64 MiB. Everything lands in `.gpu/` (git-ignored). Two device calls on one warm machine then
+//! run `tests/gpu/device_stage.sh` and `tests/gpu/device_run.sh`.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+use crate::util::{banner, cache_root, cargo, run, workspace_root};
+
+#[path = "../../crates/mlx-sys/build/pins.rs"]
+#[allow(dead_code)]
+mod pins;
+
+/// Largest part carried by one device call (the limit is 64 MiB with the tree itself).
+const PART_BYTES: u64 = 40 * 1024 * 1024;
+
+fn sha256(path: &Path) -> Result<String> {
+    let out = Command::new("sha256sum").arg(path).output().context("running sha256sum")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    Ok(text.split_whitespace().next().unwrap_or_default().to_string())
+}
+
+/// The pinned CUDA wheel, downloaded once into the cache and verified.
+fn cuda_wheel(cache: &Path) -> Result<PathBuf> {
+    let wheel = &pins::CUDA_WHEEL;
+    let dir = cache.join("gpu-stage");
+    fs::create_dir_all(&dir)?;
+    let file = dir.join(wheel.file);
+    if !file.is_file() {
+        run(Command::new("python3")
+            .args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--dest"])
+            .arg(&dir)
+            .args(wheel.pip_platform)
+            .arg(format!("{}=={}", wheel.distribution, pins::MLX_VERSION)))?;
+    }
+    let got = sha256(&file)?;
+    if got != wheel.sha256 {
+        fs::remove_file(&file).ok();
+        bail!("{} has SHA-256 {got}, expected {}; removed it, run again", file.display(), wheel.sha256);
+    }
+    Ok(file)
+}
+
+/// Stages `.gpu/`: the split CUDA libmlx and a bundle with the plugin, libmlxc and the wheel's
+/// bundled BLAS.
+pub fn run_check() -> Result<()> {
+    let root = workspace_root();
+    let cache = cache_root()?;
+    banner("gpu-check: the pinned CUDA build of MLX");
+    let wheel = cuda_wheel(&cache)?;
+    let unpacked = cache.join("gpu-stage").join(format!("unpacked-{}", &pins::CUDA_WHEEL.sha256[..16]));
+    let compressed = unpacked.join("libmlx.so.xz");
+    if !compressed.is_file() {
+        fs::remove_dir_all(&unpacked).ok();
+        run(Command::new("python3").args(["-m", "zipfile", "-e"]).arg(&wheel).arg(&unpacked))?;
+        let lib = unpacked.join("mlx/lib/libmlx.so");
+        run(Command::new("strip").arg("--strip-unneeded").arg(&lib))?;
+        println!("compressing libmlx.so (a few minutes, once)");
+        let status = Command::new("sh")
+            .arg("-c")
+            .arg(format!("xz -T0 -6 -c '{}' > '{}.tmp'", lib.display(), compressed.display()))
+            .status()?;
+        if !status.success() {
+            bail!("xz failed");
+        }
+        fs::rename(compressed.with_extension("xz.tmp"), &compressed)?;
+    }
+
+    banner("gpu-check: build the plugin (release)");
+    run(cargo().args(["build", "--release", "-p", "ortmlx-ep"]))?;
+    let target = crate::util::target_dir().join("release");
+
+    banner("gpu-check: stage .gpu/");
+    let gpu = root.join(".gpu");
+    fs::remove_dir_all(&gpu).ok();
+    fs::create_dir_all(&gpu)?;
+    let status = Command::new("split")
+        .args(["-b", &PART_BYTES.to_string()])
+        .arg(&compressed)
+        .arg(gpu.join("libmlx.so.xz.part-"))
+        .status()?;
+    if !status.success() {
+        bail!("split failed");
+    }
+    let bundle = gpu.join("bundle");
+    let lib = bundle.join("ortmlx_gpu/lib");
+    fs::create_dir_all(&lib)?;
+    fs::copy(target.join("libonnxruntime_mlx_ep.so"), lib.join("libonnxruntime_mlx_ep.so"))?;
+    run(Command::new("strip").arg("--strip-debug").arg(lib.join("libonnxruntime_mlx_ep.so")))?;
+    let mlxc = cache.join(format!("mlx-{}-mlxc-{}-cpu/mlxc/lib/libmlxc.so", pins::MLX_VERSION, pins::MLX_C_VERSION));
+    fs::copy(&mlxc, lib.join("libmlxc.so")).with_context(|| format!("copying {}", mlxc.display()))?;
+    run(Command::new("cp").arg("-r").arg(unpacked.join("mlx_cuda_13.libs")).arg(&bundle))?;
+    run(Command::new("tar").arg("-cJf").arg(gpu.join("bundle.tar.xz")).arg("-C").arg(&bundle).arg("."))?;
+    fs::remove_dir_all(&bundle)?;
+    let exclude = root.join(".git/info/exclude");
+    let listed = fs::read_to_string(&exclude).unwrap_or_default();
+    if !listed.lines().any(|l| l.trim() == "/.gpu/") {
+        fs::write(&exclude, format!("{listed}/.gpu/\n"))?;
+    }
+    for entry in fs::read_dir(&gpu)? {
+        let entry = entry?;
+        println!("{:>12}  {}", entry.metadata()?.len(), entry.path().display());
+    }
+    println!(
+        "\nRun on the device machine, two calls back to back on one warm machine:\n\
+         1. carry [\".gpu/libmlx.so.xz.part-aa\"]: bash tests/gpu/device_stage.sh\n\
+         2. carry [\".gpu/libmlx.so.xz.part-ab\", \".gpu/bundle.tar.xz\"]: bash tests/gpu/device_run.sh\n\
+         Results (pytest log, EP log, gpu_bench.json) come back under $OUT; docs/benchmarks.md holds the table."
+    );
+    Ok(())
+}
