@@ -100,7 +100,12 @@ pub fn run_check() -> Result<()> {
     run(Command::new("cp").arg("-r").arg(unpacked.join("mlx_cuda_13.libs")).arg(&bundle))?;
     run(Command::new("tar").arg("-cJf").arg(gpu.join("bundle.tar.xz")).arg("-C").arg(&bundle).arg("."))?;
     fs::remove_dir_all(&bundle)?;
-    let exclude = root.join(".git/info/exclude");
+    let git_path = Command::new("git")
+        .args(["rev-parse", "--git-path", "info/exclude"])
+        .current_dir(&root)
+        .output()
+        .context("running git")?;
+    let exclude = root.join(String::from_utf8_lossy(&git_path.stdout).trim());
     let listed = fs::read_to_string(&exclude).unwrap_or_default();
     if !listed.lines().any(|l| l.trim() == "/.gpu/") {
         fs::write(&exclude, format!("{listed}/.gpu/\n"))?;
