@@ -54,11 +54,22 @@ def export(model, args, names_in, names_out, dynamic_axes, path):
 def sessions(path):
     cpu = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     so = ort.SessionOptions()
-    so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
     devices = [d for d in ort.get_ep_devices() if d.ep_name == EP]
     so.add_provider_for_devices(devices, {"device": "gpu"})
     mlx = ort.InferenceSession(path, sess_options=so)
     return cpu, mlx
+
+
+def mlx_share(sess):
+    """Fraction of the optimized graph's nodes placed on the MLX EP (when ORT reports it)."""
+    try:
+        subgraphs = sess.get_provider_graph_assignment_info()
+    except Exception:  # noqa: BLE001 - older ORT: not reported
+        return None
+    total = sum(len(s.get_nodes()) for s in subgraphs)
+    on_mlx = sum(len(s.get_nodes()) for s in subgraphs if s.ep_name == EP)
+    return f"{on_mlx}/{total}"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -135,6 +146,7 @@ def bench_encoder(tmp):
         "ort_mlx_gpu_ms": t_mlx,
         "max_abs_diff_mlx_vs_cpu": float(np.abs(out_mlx - out_cpu).max()),
         "max_abs_diff_torch_vs_cpu": float(np.abs(ref - out_cpu).max()),
+        "nodes_on_mlx": mlx_share(mlx),
     }
 
 
@@ -290,6 +302,7 @@ def bench_llama(tmp, name, layers, hidden, heads, kv_heads, inter, vocab=32000, 
         "tokens_equal_mlx_cpu": toks_m == toks_c,
         "tokens_equal_torch_cpu": toks_t == toks_c,
         "max_abs_diff_prefill_logits_mlx_vs_cpu": float(np.abs(logits_m - logits_c).max()),
+        "nodes_on_mlx": mlx_share(mlx),
     }
 
 

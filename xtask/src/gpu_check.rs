@@ -98,6 +98,13 @@ pub fn run_check() -> Result<()> {
     let mlxc = cache.join(format!("mlx-{}-mlxc-{}-cpu/mlxc/lib/libmlxc.so", pins::MLX_VERSION, pins::MLX_C_VERSION));
     fs::copy(&mlxc, lib.join("libmlxc.so")).with_context(|| format!("copying {}", mlxc.display()))?;
     run(Command::new("cp").arg("-r").arg(unpacked.join("mlx_cuda_13.libs")).arg(&bundle))?;
+    // MLX compiles kernels with NVRTC at run time; it looks for CCCL (and CUTLASS/CuTe) in
+    // `<libmlx folder>/../include`, where the wheel keeps them.
+    let include = bundle.join("ortmlx_gpu/include");
+    fs::create_dir_all(&include)?;
+    for dir in ["cccl", "cute", "cutlass"] {
+        run(Command::new("cp").arg("-r").arg(unpacked.join("mlx/include").join(dir)).arg(&include))?;
+    }
     run(Command::new("tar").arg("-cJf").arg(gpu.join("bundle.tar.xz")).arg("-C").arg(&bundle).arg("."))?;
     fs::remove_dir_all(&bundle)?;
     let git_path = Command::new("git")
