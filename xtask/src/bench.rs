@@ -9,8 +9,9 @@ use crate::util::{banner, cargo, run as run_cmd, target_dir};
 pub fn run(args: &[String]) -> Result<()> {
     match args.first().map(String::as_str) {
         Some("gemm") => gemm(),
-        Some(other) => bail!("unknown benchmark `{other}`; known: gemm"),
-        None => bail!("usage: cargo xtask bench <gemm>"),
+        Some("llm") => crate::bench_llm::run(&args[1..]),
+        Some(other) => bail!("unknown benchmark `{other}`; known: gemm, llm"),
+        None => bail!("usage: cargo xtask bench <gemm|llm>"),
     }
 }
 

@@ -23,9 +23,16 @@ mod pins;
 const PART_BYTES: u64 = 40 * 1024 * 1024;
 
 fn sha256(path: &Path) -> Result<String> {
-    let out = Command::new("sha256sum").arg(path).output().context("running sha256sum")?;
+    let out = Command::new("sha256sum")
+        .arg(path)
+        .output()
+        .context("running sha256sum")?;
     let text = String::from_utf8_lossy(&out.stdout);
-    Ok(text.split_whitespace().next().unwrap_or_default().to_string())
+    Ok(text
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string())
 }
 
 /// The pinned CUDA wheel, downloaded once into the cache and verified.
@@ -36,7 +43,14 @@ fn cuda_wheel(cache: &Path) -> Result<PathBuf> {
     let file = dir.join(wheel.file);
     if !file.is_file() {
         run(Command::new("python3")
-            .args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--dest"])
+            .args([
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--dest",
+            ])
             .arg(&dir)
             .args(wheel.pip_platform)
             .arg(format!("{}=={}", wheel.distribution, pins::MLX_VERSION)))?;
@@ -44,7 +58,11 @@ fn cuda_wheel(cache: &Path) -> Result<PathBuf> {
     let got = sha256(&file)?;
     if got != wheel.sha256 {
         fs::remove_file(&file).ok();
-        bail!("{} has SHA-256 {got}, expected {}; removed it, run again", file.display(), wheel.sha256);
+        bail!(
+            "{} has SHA-256 {got}, expected {}; removed it, run again",
+            file.display(),
+            wheel.sha256
+        );
     }
     Ok(file)
 }
@@ -56,17 +74,26 @@ pub fn run_check() -> Result<()> {
     let cache = cache_root()?;
     banner("gpu-check: the pinned CUDA build of MLX");
     let wheel = cuda_wheel(&cache)?;
-    let unpacked = cache.join("gpu-stage").join(format!("unpacked-{}", &pins::CUDA_WHEEL.sha256[..16]));
+    let unpacked = cache
+        .join("gpu-stage")
+        .join(format!("unpacked-{}", &pins::CUDA_WHEEL.sha256[..16]));
     let compressed = unpacked.join("libmlx.so.xz");
     if !compressed.is_file() {
         fs::remove_dir_all(&unpacked).ok();
-        run(Command::new("python3").args(["-m", "zipfile", "-e"]).arg(&wheel).arg(&unpacked))?;
+        run(Command::new("python3")
+            .args(["-m", "zipfile", "-e"])
+            .arg(&wheel)
+            .arg(&unpacked))?;
         let lib = unpacked.join("mlx/lib/libmlx.so");
         run(Command::new("strip").arg("--strip-unneeded").arg(&lib))?;
         println!("compressing libmlx.so (a few minutes, once)");
         let status = Command::new("sh")
             .arg("-c")
-            .arg(format!("xz -T0 -6 -c '{}' > '{}.tmp'", lib.display(), compressed.display()))
+            .arg(format!(
+                "xz -T0 -6 -c '{}' > '{}.tmp'",
+                lib.display(),
+                compressed.display()
+            ))
             .status()?;
         if !status.success() {
             bail!("xz failed");
@@ -93,19 +120,40 @@ pub fn run_check() -> Result<()> {
     let bundle = gpu.join("bundle");
     let lib = bundle.join("ortmlx_gpu/lib");
     fs::create_dir_all(&lib)?;
-    fs::copy(target.join("libonnxruntime_mlx_ep.so"), lib.join("libonnxruntime_mlx_ep.so"))?;
-    run(Command::new("strip").arg("--strip-debug").arg(lib.join("libonnxruntime_mlx_ep.so")))?;
-    let mlxc = cache.join(format!("mlx-{}-mlxc-{}-cpu/mlxc/lib/libmlxc.so", pins::MLX_VERSION, pins::MLX_C_VERSION));
-    fs::copy(&mlxc, lib.join("libmlxc.so")).with_context(|| format!("copying {}", mlxc.display()))?;
-    run(Command::new("cp").arg("-r").arg(unpacked.join("mlx_cuda_13.libs")).arg(&bundle))?;
+    fs::copy(
+        target.join("libonnxruntime_mlx_ep.so"),
+        lib.join("libonnxruntime_mlx_ep.so"),
+    )?;
+    run(Command::new("strip")
+        .arg("--strip-debug")
+        .arg(lib.join("libonnxruntime_mlx_ep.so")))?;
+    let mlxc = cache.join(format!(
+        "mlx-{}-mlxc-{}-cpu/mlxc/lib/libmlxc.so",
+        pins::MLX_VERSION,
+        pins::MLX_C_VERSION
+    ));
+    fs::copy(&mlxc, lib.join("libmlxc.so"))
+        .with_context(|| format!("copying {}", mlxc.display()))?;
+    run(Command::new("cp")
+        .arg("-r")
+        .arg(unpacked.join("mlx_cuda_13.libs"))
+        .arg(&bundle))?;
     // MLX compiles kernels with NVRTC at run time; it looks for CCCL (and CUTLASS/CuTe) in
     // `<libmlx folder>/../include`, where the wheel keeps them.
     let include = bundle.join("ortmlx_gpu/include");
     fs::create_dir_all(&include)?;
     for dir in ["cccl", "cute", "cutlass"] {
-        run(Command::new("cp").arg("-r").arg(unpacked.join("mlx/include").join(dir)).arg(&include))?;
+        run(Command::new("cp")
+            .arg("-r")
+            .arg(unpacked.join("mlx/include").join(dir))
+            .arg(&include))?;
     }
-    run(Command::new("tar").arg("-cJf").arg(gpu.join("bundle.tar.xz")).arg("-C").arg(&bundle).arg("."))?;
+    run(Command::new("tar")
+        .arg("-cJf")
+        .arg(gpu.join("bundle.tar.xz"))
+        .arg("-C")
+        .arg(&bundle)
+        .arg("."))?;
     fs::remove_dir_all(&bundle)?;
     let git_path = Command::new("git")
         .args(["rev-parse", "--git-path", "info/exclude"])
@@ -119,7 +167,11 @@ pub fn run_check() -> Result<()> {
     }
     for entry in fs::read_dir(&gpu)? {
         let entry = entry?;
-        println!("{:>12}  {}", entry.metadata()?.len(), entry.path().display());
+        println!(
+            "{:>12}  {}",
+            entry.metadata()?.len(),
+            entry.path().display()
+        );
     }
     println!(
         "\nRun on the device machine, two calls back to back on one warm machine:\n\

@@ -5,15 +5,21 @@
 //! cargo xtask build        build the EP library (release) and print its path
 //! cargo xtask demo         setup + build, then run a small encoder with the MLX EP vs the CPU EP
 //! cargo xtask test         setup + build, cargo test --workspace, then pytest against every pinned ORT
-//! cargo xtask bench gemm
+//! cargo xtask conformance  ONNX's backend node suite through ORT with the MLX EP, per-case report
+//! cargo xtask bench gemm | llm
 //! ```
 //!
 //! Only std and `anyhow`: this binary is built on every `cargo xtask` call, so it stays small.
 
 mod bench;
+mod bench_llm;
 mod build;
+mod conformance;
 mod demo;
+mod docs;
 mod gpu_check;
+mod ort_headers;
+mod package;
 mod setup;
 mod test;
 mod util;
@@ -31,13 +37,36 @@ commands:
   demo                  setup + build, then run tests/python/demo.py: a small encoder through
                         ONNX Runtime with the MLX EP and with the CPU EP, side by side
   test [options] [-- <pytest args>]
-                        setup + build, cargo test --workspace, then pytest tests/python
-                        against every pinned ONNX Runtime
-      --no-rust         skip cargo test --workspace
-      --no-python       skip the pytest suites
+                        setup + build, cargo test --workspace, docs/operators.md current,
+                        cargo doc without warnings, cargo package of the library crates,
+                        pytest tests/python (with the C++ example) against every
+                        pinned ONNX Runtime, then the wheel installed and run in a fresh
+                        environment
+      --no-rust         skip cargo test --workspace, the docs checks and cargo package
+      --no-python       skip the pytest suites and the wheel
+      --no-package      skip the wheel
       --ort <version>   run pytest only against this ONNX Runtime (repeatable)
+      --no-conformance  skip the conformance check against tests/conformance/manifest.tsv
+  conformance [options] setup + build, then every case of ONNX's backend node suite (onnx 1.21.0)
+                        through onnxruntime 1.31.1 with the MLX EP and alone on its CPU EP, each
+                        case in an isolated worker; writes <target>/conformance/report.json and
+                        a markdown table by op type
+      --filter <text>   only cases whose name contains <text>
+      --no-fallback     session.disable_cpu_ep_fallback=1 (declined nodes fail the session)
+      --check           fail on any difference with tests/conformance/manifest.tsv
+      --update-manifest rewrite the manifest and docs/conformance.md from this run
+      --jobs <n>        worker processes (default: the CPU count)
+      --timeout <s>     seconds per case before its worker is killed (default 60)
+      --verbose         print every failing case as it ends
   bench gemm            a 1024^3 float32 matmul: MLX vs the system BLAS (target/bench/gemm.json)
+  bench llm [-- args]   Llama-style decoders (GQA, RoPE, RMSNorm; float32 and 4-bit MatMulNBits):
+                        128-token prefill + 64 greedy steps, CPU EP vs MLX EP, tokens checked
+                        (target/bench/llm.json; args go to tests/python/llm.py)
   gpu-check             stage .gpu/ for the NVIDIA device machine (see tests/gpu/)
+  docs                  regenerate docs/operators.md from the op registry
+  package [--no-check]  build the Python wheel target/wheels/onnxruntime_mlx_ep-*.whl
+                        (EP + MLX + OpenBLAS bundled, relocatable), then install it into a
+                        fresh environment and run a model on the MLX EP with it
   help                  this text
 
 environment:
@@ -60,7 +89,10 @@ fn main() -> ExitCode {
         }),
         "demo" => no_args(command, rest).and_then(|()| demo::run()),
         "test" => test::Options::parse(rest).and_then(test::run),
+        "conformance" => conformance::Options::parse(rest).and_then(conformance::run),
         "bench" => bench::run(rest),
+        "docs" => no_args(command, rest).and_then(|()| docs::run()),
+        "package" => package::Options::parse(rest).and_then(package::run),
         "gpu-check" => no_args(command, rest).and_then(|()| gpu_check::run_check()),
         "help" | "-h" | "--help" => {
             print!("{USAGE}");

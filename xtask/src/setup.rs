@@ -25,7 +25,7 @@ pub const LATEST_ORT: &str = "1.31.1";
 /// Pins shared by every environment. numpy 2.3.x works with both ORT wheels (both need
 /// numpy >= 1.21.6 and are built against numpy 2); onnx 1.21.0 is the last wheel that ships
 /// the backend node tests and stamps models ORT 1.31.1 accepts.
-const COMMON_PINS: [&str; 3] = ["onnx==1.21.0", "numpy==2.3.5", "pytest==9.2.0"];
+pub const COMMON_PINS: [&str; 3] = ["onnx==1.21.0", "numpy==2.3.5", "pytest==9.2.0"];
 
 /// Debian packages the build needs: cmake (mlx-c), libclang (bindgen) and an optimized BLAS
 /// for MLX's CPU backend.

@@ -19,6 +19,8 @@ pub const EP_LIBRARY_VAR: &str = "ORTMLX_EP_LIBRARY";
 pub struct Options {
     no_rust: bool,
     no_python: bool,
+    no_package: bool,
+    no_conformance: bool,
     ort: Vec<&'static str>,
     pytest_args: Vec<String>,
 }
@@ -32,6 +34,8 @@ impl Options {
             match arg.as_str() {
                 "--no-rust" => options.no_rust = true,
                 "--no-python" => options.no_python = true,
+                "--no-package" => options.no_package = true,
+                "--no-conformance" => options.no_conformance = true,
                 "--ort" => {
                     let Some(version) = args.next() else {
                         bail!("--ort needs a version")
@@ -99,8 +103,25 @@ pub fn run(options: Options) -> Result<()> {
             name: "cargo test --workspace".into(),
             passed,
         });
+        stages.push(Stage {
+            name: "docs/operators.md is current (cargo xtask docs)".into(),
+            passed: crate::docs::check_operators()?,
+        });
+        stages.push(Stage {
+            name: "cargo doc --workspace --no-deps without warnings".into(),
+            passed: crate::docs::rustdoc()?,
+        });
+        stages.push(Stage {
+            name: "cargo package of the library crates".into(),
+            passed: crate::package::cargo_package()?,
+        });
     }
 
+    if let Some(venv) = venvs.first()
+        && let Err(err) = crate::ort_headers::ensure(venv)
+    {
+        println!("ONNX Runtime headers: {err:#}; the C++ example will not be compiled");
+    }
     for venv in &venvs {
         let name = format!("pytest tests/python (onnxruntime {})", venv.ort_version);
         let passed = match &lib {
@@ -116,6 +137,27 @@ pub fn run(options: Options) -> Result<()> {
             }
         };
         stages.push(Stage { name, passed });
+    }
+
+    if !options.no_conformance
+        && let Some(venv) = venvs.iter().find(|v| v.ort_version == setup::LATEST_ORT)
+    {
+        let name = format!(
+            "conformance: ONNX backend node suite as tests/conformance/manifest.tsv records (onnxruntime {})",
+            venv.ort_version
+        );
+        let passed = match &lib {
+            Some(lib) => {
+                banner(&format!("test: {name}"));
+                crate::conformance::check_stage(venv, lib)?
+            }
+            None => false,
+        };
+        stages.push(Stage { name, passed });
+    }
+
+    if !options.no_package && !venvs.is_empty() {
+        stages.extend(package_stages(lib.as_deref(), &venvs));
     }
 
     banner("test: summary");
@@ -157,6 +199,43 @@ fn pytest(venv: &Venv, lib: &Path, extra: &[String]) -> Result<bool> {
             .args(extra)
             .current_dir(&root)
             .env(EP_LIBRARY_VAR, lib)
-            .env("PYTHONDONTWRITEBYTECODE", "1"),
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .envs(
+                crate::ort_headers::include_dir().map(|dir| (crate::ort_headers::INCLUDE_VAR, dir)),
+            ),
     )
+}
+
+/// The wheel: built once, then installed into a fresh environment per ONNX Runtime and run.
+fn package_stages(lib: Option<&Path>, venvs: &[Venv]) -> Vec<Stage> {
+    let mut stages = Vec::new();
+    let wheel = match lib.map(crate::package::build_wheel) {
+        Some(Ok(wheel)) => Some(wheel),
+        Some(Err(err)) => {
+            eprintln!("building the wheel failed: {err:#}");
+            None
+        }
+        None => None,
+    };
+    stages.push(Stage {
+        name: "cargo xtask package: the wheel builds, relocatable".into(),
+        passed: wheel.is_some(),
+    });
+    for venv in venvs {
+        let passed = match &wheel {
+            Some(wheel) => crate::package::check_wheel(wheel, venv).unwrap_or_else(|err| {
+                eprintln!("checking the wheel failed: {err:#}");
+                false
+            }),
+            None => false,
+        };
+        stages.push(Stage {
+            name: format!(
+                "wheel installed in a fresh environment runs on MLX (onnxruntime {})",
+                venv.ort_version
+            ),
+            passed,
+        });
+    }
+    stages
 }

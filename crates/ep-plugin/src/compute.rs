@@ -132,7 +132,13 @@ impl ComputeInfo {
         let outputs = self
             .exe
             .run(&inputs)
-            .map_err(|e| EpError::new(e.to_string()))?;
+            // ORT_FAIL, not ORT_EP_FAIL: a failed run (a bad feed, a foreign thread, a guard)
+            // leaves the session usable, and ORT's Python API answers EP_FAIL by rebuilding
+            // the session on the CPU EP for good.
+            .map_err(|e| EpError {
+                code: ort_sys::OrtErrorCode::ORT_FAIL,
+                message: e.to_string(),
+            })?;
         if outputs.len() != self.output_dtypes.len() {
             return Err(EpError::new(format!(
                 "the plan produced {} outputs, the node has {}",
@@ -271,6 +277,7 @@ unsafe extern "system" fn compute(
     guard("Compute", || {
         // SAFETY: `this` is ours, alive until ReleaseNodeComputeInfos.
         let info = unsafe { &*(this as *const ComputeInfo) };
+        let _span = crate::trace::span("compute", || info.name.clone());
         info.run(ctx).map_err(|e| e.context(&info.name))
     })
 }

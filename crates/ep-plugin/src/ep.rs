@@ -134,9 +134,26 @@ fn report_claims(g: &Graph, partition: &plan::Partition, refusal: Option<&str>) 
             d.reason
         );
     }
+    if logging::claims_file().is_some() {
+        record_claims(g, partition, refusal);
+    }
     if !logging::claims_enabled() {
         return;
     }
+    logging::claim_line(&format!(
+        "graph '{}': {claimed} of {} node(s) claimed in {} cluster(s){}",
+        g.name,
+        g.nodes.len(),
+        if refusal.is_some() {
+            0
+        } else {
+            partition.clusters.len()
+        },
+        match refusal {
+            Some(why) => format!("; {claimable} claimable node(s) left to ORT: {why}"),
+            None => String::new(),
+        }
+    ));
     let op = |domain: &str, op_type: &str| {
         if domain.is_empty() {
             op_type.to_string()
@@ -173,6 +190,37 @@ fn report_claims(g: &Graph, partition: &plan::Partition, refusal: Option<&str>) 
     }
 }
 
+/// Appends one JSON line per node of this partition to `ORTMLX_CLAIMS_FILE`.
+fn record_claims(g: &Graph, partition: &plan::Partition, refusal: Option<&str>) {
+    let mut records = Vec::new();
+    for (ci, cluster) in partition.clusters.iter().enumerate() {
+        for &i in &cluster.nodes {
+            let n = &g.nodes[i];
+            records.push(logging::ClaimRecord {
+                graph: &g.name,
+                node: &n.name,
+                domain: &n.domain,
+                op_type: &n.op_type,
+                action: if refusal.is_some() { "left" } else { "claim" },
+                cluster: refusal.is_none().then_some(ci),
+                reason: refusal.unwrap_or(""),
+            });
+        }
+    }
+    for d in &partition.declines {
+        records.push(logging::ClaimRecord {
+            graph: &g.name,
+            node: &d.node,
+            domain: &d.domain,
+            op_type: &d.op_type,
+            action: "decline",
+            cluster: None,
+            reason: &d.reason,
+        });
+    }
+    logging::record_claims(&records);
+}
+
 unsafe extern "system" fn get_capability(
     this: *mut OrtEp,
     graph: *const OrtGraph,
@@ -182,11 +230,12 @@ unsafe extern "system" fn get_capability(
         // SAFETY: `this` is our EP.
         let ep = unsafe { Ep::from_ptr(this) };
         let api = &ep.api;
+        let mut span = crate::trace::span("capability", || "GetCapability".into());
         // SAFETY: `graph` is live for this callback.
         let mut read = unsafe { read_graph(api, graph, Scope::Closed) }?;
         mark_foreign_nodes(api, &mut read.graph, &read.nodes);
         let g = &read.graph;
-        let mut partition = plan::partition(g, &ep.registry);
+        let mut partition = plan::partition_plannable(g, &ep.registry);
         let parent = parent_op(api, graph)?;
         log::debug!("GetCapability '{}': parent node {parent:?}", g.name);
         let mut refusal = parent
@@ -205,6 +254,24 @@ unsafe extern "system" fn get_capability(
         }
         if !partition.clusters.is_empty() {
             ep.claimed.store(true, Ordering::Relaxed);
+        }
+        if let Some(span) = span.as_mut() {
+            span.rename(format!("GetCapability {}", g.name));
+            span.arg("graph", g.name.as_str());
+            span.arg("nodes", g.nodes.len());
+            span.arg(
+                "claimed",
+                partition
+                    .clusters
+                    .iter()
+                    .map(|c| c.nodes.len())
+                    .sum::<usize>(),
+            );
+            span.arg("clusters", partition.clusters.len());
+            span.arg("declined", partition.declines.len());
+            if let Some(why) = &refusal {
+                span.arg("refusal", why.as_str());
+            }
         }
 
         let options = OrtNodeFusionOptions {
@@ -432,6 +499,7 @@ fn compile_one(
     fused: *const OrtNode,
 ) -> Result<Box<ComputeInfo>, EpError> {
     let api = &ep.api;
+    let mut span = crate::trace::span("compile", || "Compile".into());
     // SAFETY: live for this callback.
     let mut read = unsafe { read_graph(api, graph, Scope::Closed) }?;
     let mut fused_name: *const c_char = ptr::null();
@@ -471,17 +539,33 @@ fn compile_one(
         plan,
         &runtime::RuntimeOptions {
             device: ep.options.device,
+            compile: ep.options.compile,
+            share_initializers: ep.options.share_initializers,
             ..runtime::RuntimeOptions::default()
         },
     )
     .map_err(|e| EpError::new(format!("{fused_name}: preparing the plan failed: {e}")))?;
+    if let Some(span) = span.as_mut() {
+        span.rename(format!("Compile {fused_name}"));
+        span.arg("fused_node", fused_name.as_str());
+        span.arg(
+            "nodes",
+            read.graph
+                .nodes
+                .iter()
+                .map(|n| format!("{} ({})", n.name, n.op_type))
+                .collect::<Vec<_>>(),
+        );
+        span.arg("device", format!("{:?}", ep.options.device));
+        span.arg("compile_class", format!("{:?}", exe.plan().compile_class()));
+    }
     log::info!(
         "Compile '{fused_name}': {} node(s), {} input(s), {} constant(s), {} output(s), device {:?}",
         read.graph.nodes.len(),
         input_map.len(),
         read.graph.initializers.len(),
         fused_outputs.len(),
-        ep.options.device
+        exe.device()
     );
     Ok(ComputeInfo::new(
         *api,

@@ -294,6 +294,7 @@ unsafe extern "system" fn release_ep(_this: *mut OrtEpFactory, ep: *mut OrtEp) {
             // SAFETY: made by create_ep, released once by ORT.
             drop(unsafe { Ep::from_raw(ep) });
         }
+        crate::trace::flush();
     })
 }
 

@@ -95,7 +95,7 @@ pub unsafe fn value_name(api: &Api, vi: *const OrtValueInfo) -> Result<String, E
 /// Element type and shape of a tensor type-and-shape info.
 ///
 /// A rank of 0 reads as "shape unknown" (`None`) unless the host can say it is a scalar (see
-/// [`has_shape`]); callers reading a real tensor treat `None` as a scalar.
+/// `has_shape`); callers reading a real tensor treat `None` as a scalar.
 ///
 /// # Safety
 /// `info` must be a live `OrtTensorTypeAndShapeInfo`.

@@ -21,9 +21,11 @@
 //! that existed at the declared version). Hosts older than 1.23 get a clear error.
 //!
 //! Environment switches: `ORTMLX_LOG=error|warn|info|debug|trace` (stderr logging),
-//! `ORTMLX_LOG_CLAIMS=1` (each node's claim or decline with its reason).
+//! `ORTMLX_LOG_CLAIMS=1` (each node's claim or decline with its reason),
+//! `ORTMLX_TRACE=<path>` (a Chrome-trace JSON of capability, compile and compute; see [`trace`]).
 //!
-//! EP options (session config entries `ep.mlxexecutionprovider.<key>`): `device` = `cpu`|`gpu`.
+//! EP options (session config entries `ep.mlxexecutionprovider.<key>`, see [`options`]):
+//! `device` = `cpu`|`gpu`, `compile` = `on`|`off`|`auto`, `share_initializers` = `on`|`off`.
 
 pub mod abi;
 pub mod api;
@@ -36,6 +38,7 @@ mod logging;
 #[cfg(test)]
 mod mock_ort;
 pub mod options;
+pub mod trace;
 
 use std::ffi::c_char;
 
@@ -61,6 +64,7 @@ pub unsafe extern "C" fn CreateEpFactories(
 ) -> StatusPtr {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         logging::init();
+        trace::init();
         if !num_factories.is_null() {
             // SAFETY: ORT's out-pointer.
             unsafe { *num_factories = 0 };
@@ -109,6 +113,7 @@ pub unsafe extern "C" fn ReleaseEpFactory(factory: *mut OrtEpFactory) -> StatusP
             // SAFETY: made by CreateEpFactories.
             drop(unsafe { Factory::from_raw(factory) });
         }
+        trace::flush();
         Ok(())
     })
 }

@@ -1,7 +1,9 @@
 //! A tiny stderr logger behind the `log` facade.
 //!
 //! `ORTMLX_LOG=error|warn|info|debug|trace` turns it on (off by default); `ORTMLX_LOG_CLAIMS=1`
-//! prints every node's claim or decline from `GetCapability`, whatever the level.
+//! prints every node's claim or decline from `GetCapability`, whatever the level;
+//! `ORTMLX_CLAIMS_FILE=<path>` appends the same reports to a file as JSON lines (see
+//! [`record_claims`]), for tools such as `cargo xtask conformance`.
 
 use std::io::Write;
 use std::sync::Once;
@@ -69,9 +71,127 @@ pub fn claim_line(line: &str) {
     let _ = writeln!(std::io::stderr().lock(), "[ortmlx claims] {line}");
 }
 
+/// The file named by `ORTMLX_CLAIMS_FILE`, if set.
+pub fn claims_file() -> Option<std::path::PathBuf> {
+    std::env::var_os("ORTMLX_CLAIMS_FILE")
+        .filter(|v| !v.is_empty())
+        .map(Into::into)
+}
+
+/// One node's outcome in a `GetCapability` call, as [`record_claims`] writes it.
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimRecord<'a> {
+    /// The graph's name.
+    pub graph: &'a str,
+    /// The node's name.
+    pub node: &'a str,
+    /// Its domain (empty for the ONNX domain).
+    pub domain: &'a str,
+    /// Its op type.
+    pub op_type: &'a str,
+    /// `claim` (the node goes to a cluster), `decline` (no registry entry takes it) or `left`
+    /// (claimable, but the whole graph was left to ORT).
+    pub action: &'a str,
+    /// The cluster of a claimed node.
+    pub cluster: Option<usize>,
+    /// Why a node was declined or left (empty for a claim).
+    pub reason: &'a str,
+}
+
+impl ClaimRecord<'_> {
+    /// The record as one JSON object (no trailing newline).
+    pub fn to_json(&self) -> String {
+        let mut out = String::from("{");
+        for (key, value) in [
+            ("graph", self.graph),
+            ("node", self.node),
+            ("domain", self.domain),
+            ("op_type", self.op_type),
+            ("action", self.action),
+        ] {
+            out.push_str(&format!("\"{key}\":"));
+            json_string(&mut out, value);
+            out.push(',');
+        }
+        if let Some(c) = self.cluster {
+            out.push_str(&format!("\"cluster\":{c},"));
+        }
+        out.push_str("\"reason\":");
+        json_string(&mut out, self.reason);
+        out.push('}');
+        out
+    }
+}
+
+/// Appends `s` as a JSON string literal.
+fn json_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// Appends `records` to the file `ORTMLX_CLAIMS_FILE` names, one JSON object per line, in
+/// one write (processes may share the file). Does nothing when the variable is unset; a
+/// failure to write is logged, never an error of the session.
+pub fn record_claims(records: &[ClaimRecord<'_>]) {
+    let Some(path) = claims_file() else {
+        return;
+    };
+    let mut text = String::new();
+    for r in records {
+        text.push_str(&r.to_json());
+        text.push('\n');
+    }
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .and_then(|mut f| f.write_all(text.as_bytes()));
+    if let Err(e) = written {
+        log::warn!("ORTMLX_CLAIMS_FILE={}: {e}", path.display());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn claim_records_are_json_lines() {
+        let r = ClaimRecord {
+            graph: "g",
+            node: "n\"1\\",
+            domain: "",
+            op_type: "Pad",
+            action: "decline",
+            cluster: None,
+            reason: "mode 'x'\n\u{1}",
+        };
+        assert_eq!(
+            r.to_json(),
+            r#"{"graph":"g","node":"n\"1\\","domain":"","op_type":"Pad","action":"decline","reason":"mode 'x'\n\u0001"}"#
+        );
+        let r = ClaimRecord {
+            action: "claim",
+            cluster: Some(2),
+            reason: "",
+            ..r
+        };
+        assert!(
+            r.to_json()
+                .ends_with(r#""action":"claim","cluster":2,"reason":""}"#)
+        );
+    }
 
     #[test]
     fn levels_parse() {

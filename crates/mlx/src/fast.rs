@@ -130,3 +130,42 @@ pub fn rope(
     })?;
     Ok(out)
 }
+
+/// [`scaled_dot_product_attention`] with optional attention sinks: one logit per query head
+/// (`[Hq]`) that joins every softmax row's denominator (`exp(sink - max)`) and is dropped from
+/// the output.
+#[track_caller]
+#[allow(clippy::too_many_arguments)]
+pub fn scaled_dot_product_attention_sinks(
+    q: &Array,
+    k: &Array,
+    v: &Array,
+    scale: f32,
+    mask: AttentionMask<'_>,
+    sinks: Option<&Array>,
+    s: &Stream,
+) -> Result<Array> {
+    let (mode, arr) = match mask {
+        AttentionMask::None => ("", None),
+        AttentionMask::Causal => ("causal", None),
+        AttentionMask::Array(a) => ("array", Some(a)),
+    };
+    let mode = CString::new(mode).map_err(|_| Error::new("mask mode"))?;
+    let mut out = Array::empty();
+    // SAFETY: valid handles (or null where optional); the mode string outlives the call.
+    check(unsafe {
+        sys::mlx_fast_scaled_dot_product_attention(
+            &mut out.raw,
+            q.raw,
+            k.raw,
+            v.raw,
+            scale,
+            mode.as_ptr(),
+            raw_or_null(arr),
+            raw_or_null(sinks),
+            false,
+            s.raw,
+        )
+    })?;
+    Ok(out)
+}

@@ -346,6 +346,25 @@ pub fn softmax_axes(a: &Array, axes: &[i32], precise: bool, s: &Stream) -> Resul
     ))
 }
 
+/// Cumulative product along an axis, accumulated and returned as `dtype` (or the input's type).
+#[track_caller]
+pub fn cumprod(
+    a: &Array,
+    axis: i32,
+    reverse: bool,
+    inclusive: bool,
+    dtype: Option<Dtype>,
+    s: &Stream,
+) -> Result<Array> {
+    let dtype = sys::mlx_optional_dtype {
+        value: dtype.map_or(sys::MLX_FLOAT32, Dtype::to_raw),
+        has_value: dtype.is_some(),
+    };
+    call!(mlx_cumprod_axis(
+        a.raw, axis, reverse, inclusive, dtype, s.raw
+    ))
+}
+
 /// Cumulative sum along an axis, accumulated and returned as `dtype` (or the input's type).
 #[track_caller]
 pub fn cumsum(
@@ -535,4 +554,83 @@ pub fn sort(a: &Array, axis: i32, s: &Stream) -> Result<Array> {
 #[track_caller]
 pub fn argsort(a: &Array, axis: i32, s: &Stream) -> Result<Array> {
     call!(mlx_argsort_axis(a.raw, axis, s.raw))
+}
+
+/// `x @ dequantize(w).T` (or `x @ dequantize(w)` when `transpose` is false) with MLX's affine
+/// quantization: `w_hat = scales * q + biases` per group of `group_size` elements along the
+/// last axis, `q` packed little-endian into uint32 words (`32 / bits` per word).
+#[track_caller]
+#[allow(clippy::too_many_arguments)]
+pub fn quantized_matmul(
+    x: &Array,
+    w: &Array,
+    scales: &Array,
+    biases: &Array,
+    transpose: bool,
+    group_size: i32,
+    bits: i32,
+    s: &Stream,
+) -> Result<Array> {
+    let mode = CString::new("affine").map_err(|_| Error::new("mode"))?;
+    let opt = |v: i32| sys::mlx_optional_int {
+        value: v,
+        has_value: true,
+    };
+    call!(mlx_quantized_matmul(
+        x.raw,
+        w.raw,
+        scales.raw,
+        biases.raw,
+        transpose,
+        opt(group_size),
+        opt(bits),
+        mode.as_ptr(),
+        s.raw
+    ))
+}
+
+/// Gathers `slice_sizes`-shaped slices of `a` at the positions given by one index array per
+/// axis in `axes` (broadcast together); the result is `index_shape ++ slice_sizes`.
+#[track_caller]
+pub fn gather(
+    a: &Array,
+    indices: &[&Array],
+    axes: &[i32],
+    slice_sizes: &[i32],
+    s: &Stream,
+) -> Result<Array> {
+    let v = VectorArray::from_arrays(indices);
+    call!(mlx_gather(
+        a.raw,
+        v.raw,
+        axes.as_ptr(),
+        axes.len(),
+        slice_sizes.as_ptr(),
+        slice_sizes.len(),
+        s.raw
+    ))
+}
+
+macro_rules! scatter {
+    ($($(#[$doc:meta])* $name:ident => $ffi:ident;)*) => {$(
+        $(#[$doc])*
+        #[track_caller]
+        pub fn $name(a: &Array, indices: &[&Array], updates: &Array, axes: &[i32], s: &Stream) -> Result<Array> {
+            let v = VectorArray::from_arrays(indices);
+            call!($ffi(a.raw, v.raw, updates.raw, axes.as_ptr(), axes.len(), s.raw))
+        }
+    )*};
+}
+
+scatter! {
+    /// Writes `updates` (shape `index_shape ++ slice`) into `a` at the indexed positions.
+    scatter => mlx_scatter;
+    /// As [`scatter`], adding into `a`.
+    scatter_add => mlx_scatter_add;
+    /// As [`scatter`], multiplying into `a`.
+    scatter_prod => mlx_scatter_prod;
+    /// As [`scatter`], keeping the maximum.
+    scatter_max => mlx_scatter_max;
+    /// As [`scatter`], keeping the minimum.
+    scatter_min => mlx_scatter_min;
 }

@@ -30,6 +30,20 @@ pub fn constant_node_value(node: &Node) -> Option<TensorData> {
 /// Largest integer tensor (in elements) evaluated on the host.
 const LIMIT: u64 = 1 << 16;
 
+/// Largest tensor (in elements) the host program may compute: its values are shape vectors,
+/// so anything near this comes from a hostile model or feed, and must not allocate without
+/// bound.
+const HOST_LIMIT: u64 = 1 << 24;
+
+/// True when a tensor of `dims` has at most `limit` elements (and no negative dim).
+fn fits(dims: &[i64], limit: u64) -> bool {
+    dims.iter()
+        .try_fold(1u64, |acc, &d| {
+            u64::try_from(d).ok().and_then(|d| acc.checked_mul(d))
+        })
+        .is_some_and(|n| n <= limit)
+}
+
 /// An integer (or bool) tensor as `i64` values.
 struct Ints {
     dtype: DataType,
@@ -93,6 +107,7 @@ fn bcast_offset(out_idx: &[i64], dims: &[i64], st: &[i64]) -> usize {
 }
 
 fn broadcast_map(
+    limit: u64,
     inputs: &[&Ints],
     dtype: DataType,
     f: impl Fn(&[i64]) -> Option<i64>,
@@ -100,6 +115,9 @@ fn broadcast_map(
     let mut dims: Vec<i64> = Vec::new();
     for t in inputs {
         dims = broadcast_shapes(&dims, &t.dims).ok()?;
+    }
+    if !fits(&dims, limit) {
+        return None;
     }
     let sts: Vec<Vec<i64>> = inputs.iter().map(|t| strides(&t.dims)).collect();
     let mut v = Vec::new();
@@ -151,13 +169,13 @@ pub fn try_fold(ctx: &mut LowerCtx, node: &Node) -> Result<bool, PlanError> {
     }
 }
 
-/// Evaluates a host-program node (no size limit: host values are shape vectors).
+/// Evaluates a host-program node (host values are shape vectors: [`HOST_LIMIT`] elements).
 pub(crate) fn eval_host(
     opset: i64,
     node: &Node,
     inputs: &[Option<TensorData>],
 ) -> Option<TensorData> {
-    fold_node(opset, node, inputs, u64::MAX)
+    fold_node(opset, node, inputs, HOST_LIMIT)
 }
 
 fn fold_node(
@@ -220,7 +238,7 @@ fn fold_ints(
             }
             let fmod = attr_int(node, "fmod").ok()?.unwrap_or(0) != 0;
             let op = node.op_type.clone();
-            broadcast_map(&[a, b], a.dtype, move |v| {
+            broadcast_map(limit, &[a, b], a.dtype, move |v| {
                 let (x, y) = (v[0], v[1]);
                 Some(match op.as_str() {
                     "Add" => x.wrapping_add(y),
@@ -247,7 +265,7 @@ fn fold_ints(
                 return None;
             }
             let op = node.op_type.clone();
-            broadcast_map(&[a, b], DataType::Bool, move |v| {
+            broadcast_map(limit, &[a, b], DataType::Bool, move |v| {
                 let (x, y) = (v[0], v[1]);
                 Some(match op.as_str() {
                     "Equal" => x == y,
@@ -261,21 +279,24 @@ fn fold_ints(
                 } as i64)
             })?
         }
-        "Not" => broadcast_map(&[a], DataType::Bool, |v| Some((v[0] == 0) as i64))?,
-        "Neg" => broadcast_map(&[a], a.dtype, |v| Some(v[0].wrapping_neg()))?,
-        "Abs" => broadcast_map(&[a], a.dtype, |v| Some(v[0].wrapping_abs()))?,
+        "Not" => broadcast_map(limit, &[a], DataType::Bool, |v| Some((v[0] == 0) as i64))?,
+        "Neg" => broadcast_map(limit, &[a], a.dtype, |v| Some(v[0].wrapping_neg()))?,
+        "Abs" => broadcast_map(limit, &[a], a.dtype, |v| Some(v[0].wrapping_abs()))?,
         "Where" => {
             let (x, y) = (get(1)?, get(2)?);
             if a.dtype != DataType::Bool || x.dtype != y.dtype {
                 return None;
             }
-            broadcast_map(&[a, x, y], x.dtype, |v| {
+            broadcast_map(limit, &[a, x, y], x.dtype, |v| {
                 Some(if v[0] != 0 { v[1] } else { v[2] })
             })?
         }
         "Expand" => {
             let shape = get(1)?;
             let dims = broadcast_shapes(&a.dims, &shape.v).ok()?;
+            if !fits(&dims, limit) {
+                return None;
+            }
             let target = Ints {
                 dtype: a.dtype,
                 dims,
@@ -308,10 +329,11 @@ fn fold_ints(
                 .iter()
                 .map(|p| p.dims.get(ax).copied().unwrap_or(0))
                 .sum();
-            if parts
-                .iter()
-                .any(|p| p.dims.len() != rank || p.dtype != a.dtype)
-            {
+            if parts.iter().any(|p| {
+                p.dims.len() != rank
+                    || p.dtype != a.dtype
+                    || (0..rank).any(|k| k != ax && p.dims[k] != a.dims[k])
+            }) {
                 return None;
             }
             let outer: i64 = a.dims[..ax].iter().product();
@@ -339,6 +361,9 @@ fn fold_ints(
             let mut dims = a.dims[..ax].to_vec();
             dims.extend_from_slice(&idx.dims);
             dims.extend_from_slice(&a.dims[ax + 1..]);
+            if !fits(&dims, limit) {
+                return None;
+            }
             let mut v = Vec::new();
             for o in 0..outer {
                 for &i in &idx.v {
@@ -395,9 +420,9 @@ fn fold_ints(
             }
             let keep = attr_int(node, "keepdims").ok()?.unwrap_or(1) != 0;
             let r = if node.op_type == "ReduceProd" {
-                a.v.iter().product()
+                a.v.iter().fold(1i64, |p, &x| p.wrapping_mul(x))
             } else {
-                a.v.iter().sum()
+                a.v.iter().fold(0i64, |p, &x| p.wrapping_add(x))
             };
             Ints {
                 dtype: a.dtype,
@@ -411,14 +436,15 @@ fn fold_ints(
             if d == 0 {
                 return None;
             }
-            let n = ((l - s) as f64 / d as f64).ceil().max(0.0) as i64;
-            if n as u64 > limit {
+            let n = ((l as f64 - s as f64) / d as f64).ceil().max(0.0);
+            if !(n <= limit as f64) {
                 return None;
             }
+            let n = n as i64;
             Ints {
                 dtype: a.dtype,
                 dims: vec![n],
-                v: (0..n).map(|i| s + i * d).collect(),
+                v: (0..n).map(|i| s.wrapping_add(i.wrapping_mul(d))).collect(),
             }
         }
         _ => return None,

@@ -25,24 +25,32 @@
 //! ```
 
 mod consts;
+pub mod docs;
 mod fold;
+pub mod gqa;
 mod host;
 pub mod ops;
 mod partition;
 mod plan;
+pub mod quantized;
 mod registry;
 pub mod step;
+mod verify;
 
 pub use consts::{f32_to_bf16_bits, f32_to_f16_bits};
+pub use gqa::{GqaLayout, gqa_layout};
 pub use host::{HostNode, HostProgram};
 pub use partition::{Cluster, NodeDecline, Partition, cluster_graph, decline_summary, partition};
 pub use plan::{
     CompileClass, LowerCtx, NodeSpan, Plan, PlanError, PlanInput, SlotInfo, build_plan,
 };
-pub use registry::{ClaimCtx, ClaimFn, Decline, LowerFn, MAX_KNOWN_OPSET, OpEntry, Registry};
+pub use registry::{
+    ClaimCtx, ClaimFn, Decline, EntryMeta, LowerFn, MAX_KNOWN_OPSET, OpEntry, Registry,
+};
 pub use step::{
     ArgReduceOp, AutoPad, BinaryOp, ConvArgs, ConvSpec, CoordinateTransform, FloatSource,
     HostReader, NearestMode, PadArgs, PadMode, PadSpec, PoolGeometry, PoolSpec, ReduceAxes,
     ReduceOp, ReshapeTarget, ResizeSpec, ShapeSource, SliceBounds, SliceSpec, Slot, Step, UnaryOp,
     WindowArgs, WindowSpec,
 };
+pub use verify::partition_plannable;

@@ -1,6 +1,7 @@
 //! The op registry: one entry per (domain, op, opset range) with a claim predicate and the
 //! lowering that runs what it claims.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt;
 
@@ -53,7 +54,13 @@ pub struct ClaimCtx<'g> {
     /// The opset version in effect for the node's domain.
     pub opset: i64,
     constants: Option<&'g HashMap<String, TensorData>>,
+    /// When set, [`ClaimCtx::expect_dtype`] records each (input, allowed types) it checks
+    /// (how `docs` reads an entry's element types from its claim predicate).
+    dtype_checks: Option<&'g DtypeChecks>,
 }
+
+/// The element-type checks a claim predicate made: (input index, allowed types).
+pub(crate) type DtypeChecks = RefCell<Vec<(usize, Vec<DataType>)>>;
 
 impl<'g> ClaimCtx<'g> {
     /// A context for nodes of `graph` at `opset`.
@@ -62,7 +69,14 @@ impl<'g> ClaimCtx<'g> {
             graph,
             opset,
             constants: None,
+            dtype_checks: None,
         }
+    }
+
+    /// Records the element-type checks of [`ClaimCtx::expect_dtype`] into `checks`.
+    pub(crate) fn with_dtype_checks(mut self, checks: &'g DtypeChecks) -> Self {
+        self.dtype_checks = Some(checks);
+        self
     }
 
     /// Also treat these values as known constants (Constant-node outputs, folded values).
@@ -121,6 +135,19 @@ impl<'g> ClaimCtx<'g> {
         i: usize,
         allowed: &[DataType],
     ) -> Result<DataType, Decline> {
+        let widened;
+        let allowed = if allowed.contains(&DataType::Float)
+            && !allowed.contains(&DataType::Double)
+            && float64_claimed(node)
+        {
+            widened = [allowed, &[DataType::Double]].concat();
+            &widened[..]
+        } else {
+            allowed
+        };
+        if let Some(checks) = self.dtype_checks {
+            checks.borrow_mut().push((i, allowed.to_vec()));
+        }
         let dt = self.input_dtype(node, i)?;
         if !allowed.contains(&dt) {
             return Err(Decline::new(format!(
@@ -149,10 +176,119 @@ impl<'g> ClaimCtx<'g> {
     }
 }
 
+/// ONNX-domain ops whose float64 form is claimed wherever their float32 form is. MLX computes
+/// float64 on its CPU backend only (the runtime puts a plan holding float64 on the CPU stream),
+/// and each of these was checked there to compute in float64, not through float32: the
+/// float64 sweep (`tests/conformance/run.py --float64`) runs every backend-suite case of the op
+/// widened to float64 against ORT's CPU EP at rtol 1e-9, and `tests/python/test_float64.py`
+/// pins it. Sorted (binary search).
+pub const FLOAT64_OPS: &[&str] = &[
+    "Abs",
+    "Acos",
+    "Acosh",
+    "Add",
+    "ArgMax",
+    "ArgMin",
+    "Asin",
+    "Asinh",
+    "Atan",
+    "Atanh",
+    "AveragePool",
+    "BatchNormalization",
+    "Cast",
+    "CastLike",
+    "Ceil",
+    "Clip",
+    "Concat",
+    "Constant",
+    "ConstantOfShape",
+    "Cosh",
+    "CumProd",
+    "CumSum",
+    "Div",
+    "Dropout",
+    "Elu",
+    "Equal",
+    "Exp",
+    "Expand",
+    "Flatten",
+    "Floor",
+    "Gather",
+    "GatherElements",
+    "Gemm",
+    "GlobalAveragePool",
+    "GlobalMaxPool",
+    "Greater",
+    "GreaterOrEqual",
+    "HardSigmoid",
+    "HardSwish",
+    "Identity",
+    "InstanceNormalization",
+    "IsInf",
+    "IsNaN",
+    "LeakyRelu",
+    "Less",
+    "LessOrEqual",
+    "Log",
+    "MatMul",
+    "Max",
+    "MaxPool",
+    "Mean",
+    "Min",
+    "Mod",
+    "Mul",
+    "Neg",
+    "PRelu",
+    "Pad",
+    "Pow",
+    "Range",
+    "Reciprocal",
+    "ReduceL1",
+    "ReduceL2",
+    "ReduceLogSum",
+    "ReduceLogSumExp",
+    "ReduceMax",
+    "ReduceMean",
+    "ReduceMin",
+    "ReduceProd",
+    "ReduceSum",
+    "ReduceSumSquare",
+    "Relu",
+    "Reshape",
+    "Round",
+    "Shape",
+    "Sign",
+    "Sinh",
+    "Size",
+    "Slice",
+    "Softsign",
+    "Split",
+    "Sqrt",
+    "Squeeze",
+    "Sub",
+    "Sum",
+    "Tan",
+    "Tanh",
+    "ThresholdedRelu",
+    "Tile",
+    "Transpose",
+    "Trilu",
+    "Unsqueeze",
+    "Where",
+];
+
+/// Whether `node`'s float64 form is claimed (see [`FLOAT64_OPS`]).
+pub fn float64_claimed(node: &Node) -> bool {
+    (node.domain.is_empty() || node.domain == "ai.onnx")
+        && FLOAT64_OPS.binary_search(&node.op_type.as_str()).is_ok()
+}
+
 /// Why a dtype is never claimed, as a parenthesised note.
 pub(crate) fn dtype_note(dt: DataType) -> &'static str {
     match dt {
-        DataType::Double => " (float64: MLX's GPU backends lack it, so it stays on ORT)",
+        DataType::Double => {
+            " (float64: claimed only for ops checked to compute in float64 on MLX's CPU backend)"
+        }
         DataType::String => " (MLX has no strings)",
         DataType::Complex64 | DataType::Complex128 => " (complex types are not claimed)",
         DataType::Float8E4M3FN
@@ -198,6 +334,31 @@ pub struct OpEntry {
     pub claim: ClaimFn,
     /// Lowering.
     pub lower: LowerFn,
+    /// Element types the entry claims, for the documentation; empty when not declared (the
+    /// generated docs then read them from the claim predicate). Set with [`EntryMeta::dtypes`].
+    pub dtypes: &'static [DataType],
+    /// Known limits, for the documentation (`""`: none noted). Set with [`EntryMeta::notes`].
+    pub notes: &'static str,
+}
+
+/// Documentation metadata of the entry [`Registry::op`] just registered, all optional:
+/// `r.op("", "Erf", 9, MAX, claim, lower).notes("computed in float32 for half inputs");`
+pub struct EntryMeta<'r> {
+    entry: &'r mut OpEntry,
+}
+
+impl EntryMeta<'_> {
+    /// Declares the element types the entry claims (input 0's, for most ops).
+    pub fn dtypes(self, dtypes: &'static [DataType]) -> Self {
+        self.entry.dtypes = dtypes;
+        self
+    }
+
+    /// Notes the entry's known limits (one line of Markdown, shown in `docs/operators.md`).
+    pub fn notes(self, notes: &'static str) -> Self {
+        self.entry.notes = notes;
+        self
+    }
 }
 
 impl fmt::Debug for OpEntry {
@@ -247,14 +408,19 @@ impl Registry {
     }
 
     /// Registers one entry.
-    pub fn register(&mut self, entry: OpEntry) {
-        self.entries
+    pub fn register(&mut self, entry: OpEntry) -> EntryMeta<'_> {
+        let list = self
+            .entries
             .entry((entry.domain.to_string(), entry.op_type.to_string()))
-            .or_default()
-            .push(entry);
+            .or_default();
+        list.push(entry);
+        EntryMeta {
+            entry: list.last_mut().expect("just pushed"),
+        }
     }
 
-    /// Registers `domain::op_type` for opsets `since..=until`.
+    /// Registers `domain::op_type` for opsets `since..=until`; the result takes optional
+    /// documentation metadata ([`EntryMeta`]).
     pub fn op(
         &mut self,
         domain: &'static str,
@@ -263,7 +429,7 @@ impl Registry {
         until: i64,
         claim: ClaimFn,
         lower: LowerFn,
-    ) {
+    ) -> EntryMeta<'_> {
         self.register(OpEntry {
             domain,
             op_type,
@@ -271,7 +437,9 @@ impl Registry {
             until,
             claim,
             lower,
-        });
+            dtypes: &[],
+            notes: "",
+        })
     }
 
     /// All entries, sorted by domain, op type and opset.

@@ -18,6 +18,23 @@ use std::fmt;
 
 use onnx_ir::DataType;
 
+mod conv_transpose;
+mod cumulative;
+mod gather_scatter;
+mod resize_interp;
+
+pub use conv_transpose::{
+    ConvTransposeArgs, ConvTransposePadding, ConvTransposeSpec, distribute_padding,
+};
+pub use cumulative::{CumOp, cumulative_axis};
+pub use gather_scatter::{
+    DimRule, ScatterOp, dims_target, gather_slice_sizes, iota_i32, nonzero_coords,
+};
+pub use resize_interp::{
+    InterpArgs, InterpAxis, InterpCoordinates, InterpMode, InterpSpec, cubic_coeffs,
+    interpolated_axes, resize_output, source_coordinate,
+};
+
 /// A value slot: the index of one array in the runtime's value table.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Slot(pub u32);
@@ -470,6 +487,9 @@ pub enum ReshapeTarget {
     },
     /// The shape of another slot's array (restores a shape after a temporary reshape).
     Like(Slot),
+    /// Each output dim computed from the input dims ([`dims_target`]): splits and merges of
+    /// dims whose sizes are known only at run time.
+    Dims(Vec<DimRule>),
 }
 
 impl fmt::Debug for ReshapeTarget {
@@ -488,6 +508,7 @@ impl fmt::Debug for ReshapeTarget {
             ReshapeTarget::Squeeze { axes: Some(a) } => write!(f, "squeeze({a:?})"),
             ReshapeTarget::Unsqueeze { axes } => write!(f, "unsqueeze({axes:?})"),
             ReshapeTarget::Like(s) => write!(f, "like({s:?})"),
+            ReshapeTarget::Dims(r) => write!(f, "dims({r:?})"),
         }
     }
 }
@@ -517,6 +538,7 @@ impl ReshapeTarget {
                 squeeze_shape(input_shape, axes.as_deref())?
             }
             ReshapeTarget::Unsqueeze { axes } => unsqueeze_shape(input_shape, &axes.get(host)?)?,
+            ReshapeTarget::Dims(r) => dims_target(input_shape, r)?,
             ReshapeTarget::Like(_) => like_shape
                 .ok_or("reshape-like needs the other array's shape")?
                 .to_vec(),
@@ -577,15 +599,28 @@ pub fn reshape_target(
             "reshape target {shape:?} has both 0 and -1 with allowzero set"
         ));
     }
-    let total: i64 = input_shape.iter().product();
-    if let Some(i) = infer {
-        let known: i64 = out.iter().product();
-        if known == 0 || total % known != 0 {
+    let product = |dims: &[i64]| {
+        dims.iter()
+            .try_fold(1i64, |acc, &d| acc.checked_mul(d))
+            .ok_or_else(|| format!("reshape of {input_shape:?} to {shape:?}: the size overflows"))
+    };
+    let total = product(input_shape)?;
+    let known = product(&out)?;
+    match infer {
+        Some(i) => {
+            if known == 0 || total % known != 0 {
+                return Err(format!(
+                    "cannot infer -1 in reshape of {input_shape:?} to {shape:?}"
+                ));
+            }
+            out[i] = total / known;
+        }
+        None if known != total => {
             return Err(format!(
-                "cannot infer -1 in reshape of {input_shape:?} to {shape:?}"
+                "cannot reshape {input_shape:?} ({total} elements) to {out:?} ({known} elements)"
             ));
         }
-        out[i] = total / known;
+        None => {}
     }
     Ok(out)
 }
@@ -806,6 +841,9 @@ pub fn slice_bounds(
         if step == 0 {
             return Err("Slice step must not be 0".into());
         }
+        // A step longer than the axis takes one element, like a step of the axis' length;
+        // clamping keeps the arithmetic below from overflowing (steps of +-i64::MAX).
+        let step = step.clamp(-dim.max(1), dim.max(1));
         let norm = |v: i64| if v < 0 { v.saturating_add(dim) } else { v };
         let (s, e) = if step > 0 {
             (norm(starts[i]).clamp(0, dim), norm(ends[i]).clamp(0, dim))
@@ -1461,7 +1499,8 @@ impl ResizeSpec {
                     if s <= 0.0 {
                         return Err(format!("Resize scale {s} must be positive"));
                     }
-                    (((in_dim as f64) * s).floor() as i64, s as f32)
+                    // ORT truncates the float32 product (0.7 * 10 gives 7, not 6).
+                    (((s as f32) * in_dim as f32) as i64, s as f32)
                 }
                 (None, None) => return Err("Resize needs scales or sizes".into()),
             };
@@ -1497,6 +1536,13 @@ impl ResizeSpec {
                 sc.len(),
                 axes.len()
             ));
+        }
+        // ORT copies the input when no dim changes size, whatever the scales.
+        if out
+            .iter()
+            .all(|(ax, idx)| idx.len() as i64 == input_shape[*ax as usize])
+        {
+            return Ok(Vec::new());
         }
         Ok(out)
     }
@@ -1908,6 +1954,22 @@ pub enum Step {
         /// Output.
         out: Slot,
     },
+    /// `out = mlx_cum{sum,prod}_axis(x, axis, reverse, inclusive)` in x's dtype (ONNX `CumProd`,
+    /// and `CumSum` whose axis is an input known only at run time).
+    Cumulative {
+        /// Sum or product.
+        op: CumOp,
+        /// Input.
+        x: Slot,
+        /// The axis: one value, negative counting from the end ([`cumulative_axis`]).
+        axis: ShapeSource,
+        /// Accumulate from the end.
+        reverse: bool,
+        /// Include the current element (ONNX `exclusive == 0`).
+        inclusive: bool,
+        /// Output.
+        out: Slot,
+    },
     /// `out = mlx_triu(x, k)` when `upper`, else `mlx_tril(x, k)` (ONNX `Trilu`).
     Triangle {
         /// Input (rank >= 2; the last two dims are the matrix).
@@ -1926,6 +1988,203 @@ pub enum Step {
         /// Repeats per axis.
         reps: ShapeSource,
         /// Output.
+        out: Slot,
+    },
+    /// `out = mlx_quantized_matmul(x, w, scales, biases, transpose=true, group_size, bits,
+    /// "affine")`: `x @ w_hat.T` with `w_hat = scales * q + biases` per group (com.microsoft
+    /// MatMulNBits).
+    QuantizedMatmul {
+        /// Activations `[..., K]`.
+        x: Slot,
+        /// Packed weights `[N, K * bits / 32]` (uint32).
+        w: Slot,
+        /// Scales `[N, K / group_size]` (x's dtype).
+        scales: Slot,
+        /// Biases `[N, K / group_size]` (x's dtype).
+        biases: Slot,
+        /// Elements per group (32, 64 or 128).
+        group_size: i32,
+        /// Bits per element (4 or 8).
+        bits: i32,
+        /// Output `[..., N]`.
+        out: Slot,
+    },
+    /// The present key or value cache of com.microsoft GroupQueryAttention: with
+    /// `l = gqa_layout(B, S, past.shape[2], host(seqlens), host(total)[0])`, sequence `b` of
+    /// `out` (`[B, H, l.present_len, D]`) is `past[b, :, :l.offsets[b]]`, then `new[b]`, then
+    /// zeros (`mlx_slice`, `mlx_concatenate_axis`, `mlx_zeros`).
+    KvCache {
+        /// Past cache `[B, H, M, D]`, if any.
+        past: Option<Slot>,
+        /// New keys or values `[B, H, S, D]`.
+        new: Slot,
+        /// `seqlens_k` (`[B]`, read on the host).
+        seqlens: Slot,
+        /// `total_sequence_length`.
+        total: ShapeSource,
+        /// Output.
+        out: Slot,
+    },
+    /// The attention mask of com.microsoft GroupQueryAttention: `l.mask(window)` as a bool
+    /// array `[B, 1, S, P]` (`l` as for [`Step::KvCache`], `B`, `S` from `like`, which is
+    /// `[B, H, S, D]`); with `bias` (`[B|1, H|1, S, T]`), the additive float mask
+    /// `mlx_where(keep, pad(bias, T -> P), -inf)`.
+    GqaMask {
+        /// `seqlens_k` (read on the host).
+        seqlens: Slot,
+        /// `total_sequence_length`.
+        total: ShapeSource,
+        /// New keys `[B, H, S, D]` (read for their shape only).
+        like: Slot,
+        /// Past cache (read for its shape only), if any.
+        past: Option<Slot>,
+        /// Local window (`<= 0`: none).
+        window: i64,
+        /// Attention bias added to the scores, if any.
+        bias: Option<Slot>,
+        /// Output.
+        out: Slot,
+    },
+    /// Rotary positions of com.microsoft GroupQueryAttention: `l.positions(position_ids)` as an
+    /// int64 array `[B, S]` (`position_ids` read on the host when given).
+    GqaPositions {
+        /// `seqlens_k` (read on the host).
+        seqlens: Slot,
+        /// `total_sequence_length`.
+        total: ShapeSource,
+        /// New keys `[B, H, S, D]` (read for their shape only).
+        like: Slot,
+        /// Past cache (read for its shape only), if any.
+        past: Option<Slot>,
+        /// Explicit position ids `[B, S]` (int64), if any.
+        position_ids: Option<Slot>,
+        /// Output.
+        out: Slot,
+    },
+    /// `out = mlx_arange(0, like.shape[axis], 1, dtype)` (`like` is read for its shape only).
+    Iota {
+        /// The array whose dim gives the length.
+        like: Slot,
+        /// The dim (may be negative: MLX's rule).
+        axis: i32,
+        /// Output dtype.
+        dtype: DataType,
+        /// Output.
+        out: Slot,
+    },
+    /// Attention with extras: when `softcap == 0`,
+    /// `mlx_fast_scaled_dot_product_attention(q, k, v, scale, mode, mask, sinks)` as for
+    /// [`Step::Attention`] (with `causal` and a mask both set, the causal keep-mask, aligned to
+    /// the bottom-right, is combined into the array mask); with `softcap > 0` the same
+    /// computed step by step: `scores = softcap * tanh(q k^T * scale / softcap)`, masked,
+    /// softmax (with the sink logits in the denominator), times `v`. `sinks` is `[Hq]`.
+    AttentionEx {
+        /// Queries `[B, Hq, S, D]`.
+        q: Slot,
+        /// Keys `[B, Hkv, T, D]`.
+        k: Slot,
+        /// Values `[B, Hkv, T, Dv]`.
+        v: Slot,
+        /// Bool keep-mask or additive float mask broadcastable to `[B, Hq, S, T]`.
+        mask: Option<Slot>,
+        /// Causal (bottom-right aligned).
+        causal: bool,
+        /// Per-head sink logits `[Hq]`.
+        sinks: Option<Slot>,
+        /// Score scale.
+        scale: f32,
+        /// Logit soft cap (`0`: none).
+        softcap: f32,
+        /// Output `[B, Hq, S, Dv]`.
+        out: Slot,
+    },
+    /// `out = mlx_conv_general(x, w, a.conv..., flip = true)` with `a = spec.resolve(x.shape)`,
+    /// then, when `a.needs_crop()`, `mlx_slice` dropping `a.crop_lo` / `a.crop_hi` elements of
+    /// each spatial dim (ONNX `ConvTranspose`; channels-last input `[N, *spatial, C]`, weight
+    /// `[O, *kernel, C/groups]`; `input_dilation` carries the ONNX strides).
+    ConvTranspose {
+        /// Channels-last input.
+        x: Slot,
+        /// Weight in `mlx_conv_general`'s layout.
+        w: Slot,
+        /// Attributes.
+        spec: ConvTransposeSpec,
+        /// Output (channels-last).
+        out: Slot,
+    },
+    /// `out = mlx_argsort_axis(x, axis)`: uint32 indices that sort `x` ascending along `axis`;
+    /// equal elements keep their order (MLX sorts stably).
+    ArgSort {
+        /// Input.
+        x: Slot,
+        /// Axis.
+        axis: i32,
+        /// Output (uint32).
+        out: Slot,
+    },
+    /// `out = <op.mlx_fn()>(x, vector(indices), updates, axes)`: MLX's scatter with one index
+    /// array per axis in `axes` (broadcast together to shape `I`); `updates` has shape
+    /// `I ++ slice`, the slice being 1 on `axes` and `x`'s dim elsewhere.
+    Scatter {
+        /// `none` / `add` / `mul` / `max` / `min`.
+        op: ScatterOp,
+        /// Data.
+        x: Slot,
+        /// Integer index arrays (non-negative), one per axis.
+        indices: Vec<Slot>,
+        /// Updates.
+        updates: Slot,
+        /// Indexed axes.
+        axes: Vec<i32>,
+        /// Output.
+        out: Slot,
+    },
+    /// `out = mlx_gather(x, vector(indices), axes, gather_slice_sizes(x.shape, axes))`: shape
+    /// `I ++ slice` (the slice is 1 on `axes`, `x`'s dim elsewhere); MLX wraps negative
+    /// indices of signed types.
+    Gather {
+        /// Data.
+        x: Slot,
+        /// Integer index arrays, one per axis, broadcast together.
+        indices: Vec<Slot>,
+        /// Indexed axes.
+        axes: Vec<i32>,
+        /// Output.
+        out: Slot,
+    },
+    /// Linear / cubic `Resize` of a float32 `x` with `a = spec.resolve(x.shape, host)`: no
+    /// axes -> `mlx_astype(x, float32)` (a copy); otherwise, per tap, `mlx_take_axis` with an
+    /// int32 index array and `mlx_multiply` by a float32 weight array shaped to broadcast
+    /// along its axis. Linear (`!a.separable`): the corners (last axis varying fastest) are
+    /// gathered along every axis and `sum(w_last * ... * w_first * corner)` is accumulated
+    /// with `mlx_add` in order. Cubic: one pass per axis, innermost first, each
+    /// `sum(take * w [/ divisor])`. With `a.extrapolation`, `mlx_where(inside, y, value)`.
+    ResizeInterp {
+        /// Input (float32).
+        x: Slot,
+        /// Resize parameters.
+        spec: InterpSpec,
+        /// Output (float32).
+        out: Slot,
+    },
+    /// ONNX `NonZero`: reads `x` on the host ([`HostReader::floats`]) and creates the int64
+    /// array `[rank, count]` of `nonzero_coords(x.shape, values != 0)` (data-dependent shape).
+    NonZero {
+        /// Input.
+        x: Slot,
+        /// Output (int64).
+        out: Slot,
+    },
+    /// A run-time requirement on values (ORT's kernels check them; MLX doesn't): the run fails
+    /// with "node '<node>' (<op>): `what`" unless every element of `ok` (bool) is true. `out`
+    /// is `all(ok)` (bool scalar); the runtime folds it into the run's status, evaluated with
+    /// the outputs, so the check costs no extra synchronisation.
+    Require {
+        /// The condition (bool, any shape; empty is true).
+        ok: Slot,
+        /// What is wrong when it fails.
+        what: String,
+        /// `all(ok)`.
         out: Slot,
     },
 }
@@ -1988,6 +2247,10 @@ impl Step {
             | Shape { x, .. }
             | CumSum { x, .. }
             | Triangle { x, .. } => f(x),
+            Cumulative { x, axis, .. } => {
+                f(x);
+                src(axis, f);
+            }
             Binary { a, b, .. } | MatMul { a, b, .. } => {
                 f(a);
                 f(b);
@@ -2110,6 +2373,111 @@ impl Step {
                 f(x);
                 src(reps, f);
             }
+            QuantizedMatmul {
+                x,
+                w,
+                scales,
+                biases,
+                ..
+            } => {
+                f(x);
+                f(w);
+                f(scales);
+                f(biases);
+            }
+            KvCache {
+                past,
+                new,
+                seqlens,
+                total,
+                ..
+            } => {
+                if let Some(p) = past {
+                    f(p);
+                }
+                f(new);
+                f(seqlens);
+                src(total, f);
+            }
+            GqaMask {
+                seqlens,
+                total,
+                like,
+                past,
+                bias,
+                ..
+            } => {
+                f(seqlens);
+                src(total, f);
+                f(like);
+                if let Some(p) = past {
+                    f(p);
+                }
+                if let Some(b) = bias {
+                    f(b);
+                }
+            }
+            GqaPositions {
+                seqlens,
+                total,
+                like,
+                past,
+                position_ids,
+                ..
+            } => {
+                f(seqlens);
+                src(total, f);
+                f(like);
+                if let Some(p) = past {
+                    f(p);
+                }
+                if let Some(p) = position_ids {
+                    f(p);
+                }
+            }
+            Iota { like, .. } => f(like),
+            ConvTranspose { x, w, .. } => {
+                f(x);
+                f(w);
+            }
+            ArgSort { x, .. } | NonZero { x, .. } => f(x),
+            Require { ok, .. } => f(ok),
+            Scatter {
+                x,
+                indices,
+                updates,
+                ..
+            } => {
+                f(x);
+                indices.iter_mut().for_each(&mut *f);
+                f(updates);
+            }
+            Gather { x, indices, .. } => {
+                f(x);
+                indices.iter_mut().for_each(f);
+            }
+            ResizeInterp { x, spec, .. } => {
+                f(x);
+                spec.map_slots(f);
+            }
+            AttentionEx {
+                q,
+                k,
+                v,
+                mask,
+                sinks,
+                ..
+            } => {
+                f(q);
+                f(k);
+                f(v);
+                if let Some(m) = mask {
+                    f(m);
+                }
+                if let Some(s) = sinks {
+                    f(s);
+                }
+            }
         }
     }
 
@@ -2146,8 +2514,22 @@ impl Step {
             | Full { out, .. }
             | Arange { out, .. }
             | CumSum { out, .. }
+            | Cumulative { out, .. }
             | Triangle { out, .. }
-            | Tile { out, .. } => f(out),
+            | Tile { out, .. }
+            | QuantizedMatmul { out, .. }
+            | KvCache { out, .. }
+            | GqaMask { out, .. }
+            | GqaPositions { out, .. }
+            | Iota { out, .. }
+            | AttentionEx { out, .. }
+            | ConvTranspose { out, .. }
+            | ArgSort { out, .. }
+            | Scatter { out, .. }
+            | Gather { out, .. }
+            | ResizeInterp { out, .. }
+            | Require { out, .. }
+            | NonZero { out, .. } => f(out),
         }
     }
 
@@ -2170,6 +2552,7 @@ impl Step {
             | Shape { x, .. }
             | Split { x, .. }
             | CumSum { x, .. }
+            | Cumulative { x, .. }
             | Triangle { x, .. }
             | Tile { x, .. } => vec![*x],
             Binary { a, b, .. } | MatMul { a, b, .. } => vec![*a, *b],
@@ -2198,6 +2581,74 @@ impl Step {
             Pad { x, value, .. } => vec![*x, *value],
             Full { value, .. } => vec![*value],
             Arange { .. } => vec![],
+            QuantizedMatmul {
+                x,
+                w,
+                scales,
+                biases,
+                ..
+            } => vec![*x, *w, *scales, *biases],
+            KvCache {
+                past, new, seqlens, ..
+            } => {
+                let mut v: Vec<Slot> = past.iter().copied().collect();
+                v.extend([*new, *seqlens]);
+                v
+            }
+            GqaMask {
+                seqlens,
+                like,
+                past,
+                bias,
+                ..
+            } => {
+                let mut v = vec![*seqlens, *like];
+                v.extend(past.iter().chain(bias.iter()));
+                v
+            }
+            GqaPositions {
+                seqlens,
+                like,
+                past,
+                position_ids,
+                ..
+            } => {
+                let mut v = vec![*seqlens, *like];
+                v.extend(past.iter().chain(position_ids.iter()));
+                v
+            }
+            Iota { like, .. } => vec![*like],
+            ConvTranspose { x, w, .. } => vec![*x, *w],
+            ArgSort { x, .. } | ResizeInterp { x, .. } | NonZero { x, .. } => vec![*x],
+            Require { ok, .. } => vec![*ok],
+            Scatter {
+                x,
+                indices,
+                updates,
+                ..
+            } => {
+                let mut v = vec![*x];
+                v.extend(indices.iter().copied());
+                v.push(*updates);
+                v
+            }
+            Gather { x, indices, .. } => {
+                let mut v = vec![*x];
+                v.extend(indices.iter().copied());
+                v
+            }
+            AttentionEx {
+                q,
+                k,
+                v,
+                mask,
+                sinks,
+                ..
+            } => {
+                let mut s = vec![*q, *k, *v];
+                s.extend(mask.iter().chain(sinks.iter()));
+                s
+            }
         };
         if let Reshape {
             target: ReshapeTarget::Like(s),
@@ -2243,8 +2694,22 @@ impl Step {
             | Full { out, .. }
             | Arange { out, .. }
             | CumSum { out, .. }
+            | Cumulative { out, .. }
             | Triangle { out, .. }
-            | Tile { out, .. } => vec![*out],
+            | Tile { out, .. }
+            | QuantizedMatmul { out, .. }
+            | KvCache { out, .. }
+            | GqaMask { out, .. }
+            | GqaPositions { out, .. }
+            | Iota { out, .. }
+            | AttentionEx { out, .. }
+            | ConvTranspose { out, .. }
+            | ArgSort { out, .. }
+            | Scatter { out, .. }
+            | Gather { out, .. }
+            | ResizeInterp { out, .. }
+            | Require { out, .. }
+            | NonZero { out, .. } => vec![*out],
         }
     }
 
@@ -2277,6 +2742,25 @@ impl Step {
                 .into_iter()
                 .collect(),
             Tile { reps, .. } => reps.dynamic_slot().into_iter().collect(),
+            Cumulative { axis, .. } => axis.dynamic_slot().into_iter().collect(),
+            KvCache { seqlens, total, .. } | GqaMask { seqlens, total, .. } => {
+                let mut v = vec![*seqlens];
+                v.extend(total.dynamic_slot());
+                v
+            }
+            GqaPositions {
+                seqlens,
+                total,
+                position_ids,
+                ..
+            } => {
+                let mut v = vec![*seqlens];
+                v.extend(total.dynamic_slot());
+                v.extend(position_ids.iter());
+                v
+            }
+            ResizeInterp { spec, .. } => spec.host_reads(),
+            NonZero { x, .. } => vec![*x],
             _ => Vec::new(),
         }
     }
@@ -2302,8 +2786,15 @@ impl Step {
             | RmsNorm { .. }
             | CumSum { .. }
             | Triangle { .. }
-            | ArgReduce { .. } => true,
+            | ArgReduce { .. }
+            | QuantizedMatmul { .. }
+            | ArgSort { .. }
+            | Require { .. }
+            | Scatter { .. } => true,
+            ConvTranspose { spec, .. } => spec.is_shapeless(),
+            AttentionEx { causal, mask, .. } => !(*causal && mask.is_some()),
             Reduce { axes, .. } => !matches!(axes, ReduceAxes::Dynamic { .. }),
+            Cumulative { axis, .. } => matches!(axis, ShapeSource::Static(_)),
             Reshape {
                 target: ReshapeTarget::Fixed(_),
                 ..

@@ -1,10 +1,13 @@
 //! The step interpreter: one match arm per MLX primitive a plan step names.
 
 use mlx::{Array, Dtype, Stream, fast, ops};
+use plan::step::ScatterOp;
 use plan::{ArgReduceOp, BinaryOp, HostReader, ReduceOp, Slot, Step, UnaryOp};
 
 use crate::RuntimeError;
 use crate::dtype::to_mlx;
+
+mod extra;
 
 /// The arrays bound to a plan's slots during one run.
 pub(crate) struct Slots {
@@ -12,6 +15,8 @@ pub(crate) struct Slots {
     /// Host copies of slots computed on the host (the plan's host program), so reading them
     /// back needs no device sync.
     host_values: std::collections::HashMap<Slot, onnx_ir::TensorData>,
+    /// Status flags of guarded steps (see `guard`).
+    pub(crate) flags: crate::guard::Flags,
 }
 
 fn err(e: impl std::fmt::Display) -> RuntimeError {
@@ -37,6 +42,7 @@ impl Slots {
         Slots {
             values: (0..n).map(|_| None).collect(),
             host_values: Default::default(),
+            flags: Default::default(),
         }
     }
 
@@ -193,6 +199,9 @@ fn binary(op: BinaryOp, a: &Array, b: &Array, s: &Stream) -> mlx::Result<Array> 
 
 fn reduce(op: ReduceOp, x: &Array, axes: &[i32], keepdims: bool, s: &Stream) -> mlx::Result<Array> {
     use ReduceOp::*;
+    if crate::empty_reduce::reduces_empty_axis(&x.shape(), axes) {
+        return crate::empty_reduce::reduce(op, x, axes, keepdims, s);
+    }
     match op {
         Sum => ops::sum_axes(x, axes, keepdims, s),
         Mean => ops::mean_axes(x, axes, keepdims, s),
@@ -210,6 +219,15 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
     use Step::*;
     let out_value = match step {
         Unary { op, x, .. } => unary(*op, slots.get(*x)?, s).map_err(err)?,
+        Binary { op, a, b, .. }
+            if matches!(
+                op,
+                BinaryOp::FloorDivide | BinaryOp::Remainder | BinaryOp::Divide
+            ) =>
+        {
+            let (a, b) = (slots.get(*a)?.clone(), slots.get(*b)?.clone());
+            crate::guard::int_binary(*op, &a, &b, &mut slots.flags, s, binary).map_err(err)?
+        }
         Binary { op, a, b, .. } => binary(*op, slots.get(*a)?, slots.get(*b)?, s).map_err(err)?,
         Where { cond, x, y, .. } => {
             ops::where_(slots.get(*cond)?, slots.get(*x)?, slots.get(*y)?, s).map_err(err)?
@@ -271,10 +289,20 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
         }
         Take {
             x, indices, axis, ..
-        } => ops::take_axis(slots.get(*x)?, slots.get(*indices)?, *axis, s).map_err(err)?,
+        } => {
+            let (xa, ia) = (slots.get(*x)?.clone(), slots.get(*indices)?.clone());
+            let n = crate::guard::dim(&xa, *axis)?;
+            let ia = crate::guard::bounded_indices(&ia, n, &mut slots.flags, s).map_err(err)?;
+            ops::take_axis(&xa, &ia, *axis, s).map_err(err)?
+        }
         TakeAlongAxis {
             x, indices, axis, ..
-        } => ops::take_along_axis(slots.get(*x)?, slots.get(*indices)?, *axis, s).map_err(err)?,
+        } => {
+            let (xa, ia) = (slots.get(*x)?.clone(), slots.get(*indices)?.clone());
+            let n = crate::guard::dim(&xa, *axis)?;
+            let ia = crate::guard::bounded_indices(&ia, n, &mut slots.flags, s).map_err(err)?;
+            ops::take_along_axis(&xa, &ia, *axis, s).map_err(err)?
+        }
         Softmax {
             x, axes, precise, ..
         } => ops::softmax_axes(slots.get(*x)?, axes, *precise, s).map_err(err)?,
@@ -480,9 +508,210 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
         Triangle {
             x, upper: false, k, ..
         } => ops::tril(slots.get(*x)?, *k, s).map_err(err)?,
+        Cumulative {
+            op,
+            x,
+            axis,
+            reverse,
+            inclusive,
+            ..
+        } => {
+            let axis = axis.get(&mut Host { slots }).map_err(err)?;
+            let xa = slots.get(*x)?;
+            let axis = plan::step::cumulative_axis(&axis, xa.ndim()).map_err(err)?;
+            let dtype = Some(xa.dtype());
+            match op {
+                plan::step::CumOp::Sum => ops::cumsum(xa, axis, *reverse, *inclusive, dtype, s),
+                plan::step::CumOp::Prod => ops::cumprod(xa, axis, *reverse, *inclusive, dtype, s),
+            }
+            .map_err(err)?
+        }
         Tile { x, reps, .. } => {
             let reps = reps.get(&mut Host { slots }).map_err(err)?;
             ops::tile(slots.get(*x)?, &to_i32s(&reps, "Tile repeats")?, s).map_err(err)?
+        }
+        ConvTranspose { x, w, spec, .. } => {
+            let xa = slots.get(*x)?;
+            let a = spec.resolve(&shape_i64(xa)).map_err(err)?;
+            extra::conv_transpose(xa, slots.get(*w)?, &a, s)?
+        }
+        ArgSort { x, axis, .. } => ops::argsort(slots.get(*x)?, *axis, s).map_err(err)?,
+        Scatter {
+            op,
+            x,
+            indices,
+            updates,
+            axes,
+            ..
+        } => {
+            let (xa, u) = (slots.get(*x)?.clone(), slots.get(*updates)?.clone());
+            let mut idx = Vec::with_capacity(indices.len());
+            for (i, axis) in indices.iter().zip(axes) {
+                let n = crate::guard::dim(&xa, *axis)?;
+                let ia = slots.get(*i)?.clone();
+                idx.push(
+                    crate::guard::bounded_nonnegative_indices(&ia, n, &mut slots.flags, s)
+                        .map_err(err)?,
+                );
+            }
+            let idx: Vec<&Array> = idx.iter().collect();
+            let (xa, u) = (&xa, &u);
+            match op {
+                ScatterOp::Assign => ops::scatter(xa, &idx, u, axes, s),
+                ScatterOp::Add => ops::scatter_add(xa, &idx, u, axes, s),
+                ScatterOp::Prod => ops::scatter_prod(xa, &idx, u, axes, s),
+                ScatterOp::Max => ops::scatter_max(xa, &idx, u, axes, s),
+                ScatterOp::Min => ops::scatter_min(xa, &idx, u, axes, s),
+            }
+            .map_err(err)?
+        }
+        Gather {
+            x, indices, axes, ..
+        } => {
+            let xa = slots.get(*x)?.clone();
+            let sizes = plan::step::gather_slice_sizes(&shape_i64(&xa), axes).map_err(err)?;
+            let mut idx = Vec::with_capacity(indices.len());
+            for (i, axis) in indices.iter().zip(axes) {
+                let n = crate::guard::dim(&xa, *axis)?;
+                let ia = slots.get(*i)?.clone();
+                idx.push(crate::guard::bounded_indices(&ia, n, &mut slots.flags, s).map_err(err)?);
+            }
+            let idx: Vec<&Array> = idx.iter().collect();
+            ops::gather(&xa, &idx, axes, &sizes, s).map_err(err)?
+        }
+        ResizeInterp { x, spec, .. } => {
+            let shape = shape_i64(slots.get(*x)?);
+            let a = spec.resolve(&shape, &mut Host { slots }).map_err(err)?;
+            extra::resize_interp(slots.get(*x)?, &a, s)?
+        }
+        Require { ok, .. } => {
+            let ok = slots.get(*ok)?.clone();
+            let axes: Vec<i32> = (0..ok.ndim() as i32).collect();
+            let all = ops::all_axes(&ok, &axes, false, s).map_err(err)?;
+            slots.flags.require(&all, s).map_err(err)?;
+            all
+        }
+        NonZero { x, .. } => {
+            let shape = shape_i64(slots.get(*x)?);
+            let values = Host { slots }.floats(*x).map_err(err)?;
+            let nonzero: Vec<bool> = values.iter().map(|v| *v != 0.0).collect();
+            let (dims, data) = plan::step::nonzero_coords(&shape, &nonzero).map_err(err)?;
+            Array::from_slice(&data, &to_i32s(&dims, "NonZero shape")?).map_err(err)?
+        }
+        QuantizedMatmul {
+            x,
+            w,
+            scales,
+            biases,
+            group_size,
+            bits,
+            ..
+        } => ops::quantized_matmul(
+            slots.get(*x)?,
+            slots.get(*w)?,
+            slots.get(*scales)?,
+            slots.get(*biases)?,
+            true,
+            *group_size,
+            *bits,
+            s,
+        )
+        .map_err(err)?,
+        KvCache {
+            past,
+            new,
+            seqlens,
+            total,
+            ..
+        } => {
+            let past_shape = past.map(|p| slots.get(p).map(Array::shape)).transpose()?;
+            let new_shape = slots.get(*new)?.shape();
+            let l = crate::contrib::layout(
+                &mut Host { slots },
+                *seqlens,
+                total,
+                &new_shape,
+                past_shape.as_deref(),
+            )?;
+            let past = past.map(|p| slots.get(p)).transpose()?;
+            crate::contrib::kv_cache(past, slots.get(*new)?, &l, s)?
+        }
+        GqaMask {
+            seqlens,
+            total,
+            like,
+            past,
+            window,
+            bias,
+            ..
+        } => {
+            let past_shape = past.map(|p| slots.get(p).map(Array::shape)).transpose()?;
+            let like_shape = slots.get(*like)?.shape();
+            let l = crate::contrib::layout(
+                &mut Host { slots },
+                *seqlens,
+                total,
+                &like_shape,
+                past_shape.as_deref(),
+            )?;
+            let bias = bias.map(|b| slots.get(b)).transpose()?;
+            crate::contrib::gqa_mask(&l, *window, bias, s)?
+        }
+        GqaPositions {
+            seqlens,
+            total,
+            like,
+            past,
+            position_ids,
+            ..
+        } => {
+            let past_shape = past.map(|p| slots.get(p).map(Array::shape)).transpose()?;
+            let like_shape = slots.get(*like)?.shape();
+            let mut host = Host { slots };
+            let l = crate::contrib::layout(
+                &mut host,
+                *seqlens,
+                total,
+                &like_shape,
+                past_shape.as_deref(),
+            )?;
+            let ids = position_ids
+                .map(|p| host.ints(p))
+                .transpose()
+                .map_err(err)?;
+            crate::contrib::gqa_positions(&l, ids.as_deref())?
+        }
+        Iota {
+            like, axis, dtype, ..
+        } => {
+            let shape = slots.get(*like)?.shape();
+            let ax = plan::step::normalize_axis(*axis as i64, shape.len()).map_err(err)?;
+            ops::arange(0.0, shape[ax] as f64, 1.0, to_mlx(*dtype)?, s).map_err(err)?
+        }
+        AttentionEx {
+            q,
+            k,
+            v,
+            mask,
+            causal,
+            sinks,
+            scale,
+            softcap,
+            ..
+        } => {
+            let mask = mask.map(|m| slots.get(m)).transpose()?;
+            let sinks = sinks.map(|m| slots.get(m)).transpose()?;
+            crate::contrib::attention_ex(
+                slots.get(*q)?,
+                slots.get(*k)?,
+                slots.get(*v)?,
+                mask,
+                *causal,
+                sinks,
+                *scale,
+                *softcap,
+                s,
+            )?
         }
     };
     let outs = step.outputs();

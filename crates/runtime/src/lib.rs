@@ -6,7 +6,10 @@
 //! evaluates the outputs together and hands back their bytes.
 
 mod compiled;
+mod contrib;
 mod dtype;
+mod empty_reduce;
+mod guard;
 mod interpreter;
 
 use std::sync::Arc;
@@ -20,6 +23,7 @@ use run_gate::RunGate;
 
 pub use compiled::{CacheStats, CompileSlot, GENERAL_CAPACITY, PREFILL_CAPACITY};
 pub use dtype::{to_mlx, to_onnx};
+pub use guard::{MAX_TENSOR_BYTES_VAR, max_tensor_bytes};
 
 use compiled::CompiledCache;
 
@@ -108,7 +112,10 @@ impl OutputTensor {
 
 /// Mutable per-run state, used by one thread at a time (behind the run gate and a lock).
 struct RunState {
+    /// The stream of `stream_thread` (MLX 0.32's streams are thread-affine: each thread has
+    /// its own default stream per device, and a stream can't be used from another thread).
     stream: Stream,
+    stream_thread: std::thread::ThreadId,
     compiled: CompiledCache,
 }
 
@@ -118,11 +125,44 @@ pub(crate) struct Program {
     constants: Vec<(Slot, Arc<FrozenArray>)>,
     /// For each step, the slots whose last reader it is (dropped after it runs).
     release_after: Vec<Vec<Slot>>,
+    /// Whether a trace ends with the guards' status (see [`Program::has_status`]).
+    guarded: bool,
 }
 
 impl Program {
+    /// True when the traced program ends with the status of its guarded steps (an int32
+    /// scalar after the outputs; see `guard`).
+    pub(crate) fn has_status(&self) -> bool {
+        self.guarded
+    }
+
+    /// Names the node that step `i` belongs to in an error.
+    pub(crate) fn at_step(&self, i: usize, message: impl std::fmt::Display) -> RuntimeError {
+        match self.plan.nodes.iter().find(|n| n.steps.contains(&i)) {
+            Some(n) => RuntimeError(format!("node '{}' ({}): {message}", n.name, n.op_type)),
+            None => RuntimeError(message.to_string()),
+        }
+    }
+
+    /// The error for a raised status (see `guard`), or `Ok` for -1.
+    pub(crate) fn check_status(&self, status: &Array) -> Result<(), RuntimeError> {
+        let code = status.to_vec::<i32>()?.first().copied().unwrap_or(-1);
+        if code < 0 {
+            return Ok(());
+        }
+        let i = code as usize;
+        let meaning = self
+            .plan
+            .steps
+            .get(i)
+            .map(guard::flag_meaning)
+            .unwrap_or("a guarded step failed");
+        Err(self.at_step(i, meaning))
+    }
+
     /// Builds the outputs' (lazy) arrays from the input arrays, in the plan's output order
-    /// and dtypes. `host` binds the host program's results for these input shapes.
+    /// and dtypes, then (when [`Program::has_status`]) the guards' status. `host` binds the
+    /// host program's results for these input shapes.
     pub(crate) fn trace(
         &self,
         inputs: Vec<Array>,
@@ -139,13 +179,21 @@ impl Program {
         for (slot, value) in host {
             slots.set_host(*slot, value.clone())?;
         }
-        for (step, release) in self.plan.steps.iter().zip(&self.release_after) {
-            interpreter::execute(step, &mut slots, s)?;
+        for (i, (step, release)) in self.plan.steps.iter().zip(&self.release_after).enumerate() {
+            slots.flags.step = i;
+            interpreter::execute(step, &mut slots, s).map_err(|e| self.at_step(i, e))?;
+            for out in step.outputs() {
+                if let Ok(a) = slots.get(out) {
+                    guard::check_size(a).map_err(|e| self.at_step(i, e))?;
+                }
+            }
             for r in release {
                 slots.clear(*r);
             }
         }
-        self.plan
+        let flags = std::mem::take(&mut slots.flags);
+        let mut outputs = self
+            .plan
             .outputs
             .iter()
             .map(|slot| {
@@ -161,7 +209,11 @@ impl Program {
                 );
                 mlx::ops::astype(&a, want, s).map_err(Into::into)
             })
-            .collect()
+            .collect::<Result<Vec<Array>, RuntimeError>>()?;
+        if self.has_status() {
+            outputs.push(flags.finish()?);
+        }
+        Ok(outputs)
     }
 }
 
@@ -205,6 +257,8 @@ impl Executable {
     /// Prepares a plan: creates (or shares) its constants and chooses the stream.
     pub fn new(plan: Plan, options: &RuntimeOptions) -> Result<Self, RuntimeError> {
         init()?;
+        let plan =
+            contrib::prepare_plan(plan, options.device == DeviceKind::Gpu && gpu_available());
         let pool = InitializerPool::<FrozenArray>::global();
         let constants = plan
             .constants
@@ -231,6 +285,7 @@ impl Executable {
         })?;
         let program = Program {
             release_after: release_schedule(&plan),
+            guarded: plan.steps.iter().any(|step| guard::may_flag(&plan, step)),
             plan,
             constants,
         };
@@ -245,8 +300,13 @@ impl Executable {
         Ok(Executable {
             program: Arc::new(program),
             device,
-            gate: RunGate::new(),
-            state: Mutex::new(RunState { stream, compiled }),
+            // Any thread may run (one at a time): each run uses its own thread's stream.
+            gate: RunGate::with_policy(run_gate::Policy::AnyThreadSerialized),
+            state: Mutex::new(RunState {
+                stream,
+                stream_thread: std::thread::current().id(),
+                compiled,
+            }),
         })
     }
 
@@ -298,13 +358,43 @@ impl Executable {
         } else {
             plan.host.run(&shapes).map_err(RuntimeError)?
         };
-        let RunState { stream, compiled } = &mut *state;
+        let RunState {
+            stream,
+            stream_thread,
+            compiled,
+        } = &mut *state;
+        let me = std::thread::current().id();
+        if *stream_thread != me {
+            // A run from another thread than the last: that thread's own stream (the one made
+            // when the plan was prepared can't be used here: "There is no Stream(cpu, 0) in
+            // current thread").
+            *stream = Stream::default_for(&match self.device {
+                DeviceKind::Gpu => Device::gpu(),
+                DeviceKind::Cpu => Device::cpu(),
+            })?;
+            *stream_thread = me;
+        }
         let outputs = match compiled.slot_for(&shapes) {
             Some(slot) => compiled.run(slot, &self.program, self.device, &arrays, host, shapes)?,
             None => self.program.trace(arrays, &host, stream)?,
         };
-        let refs: Vec<&Array> = outputs.iter().collect();
+        let mut outputs = outputs;
+        let status = if self.program.has_status() {
+            outputs.pop()
+        } else {
+            None
+        };
+        for (slot, a) in plan.outputs.iter().zip(&outputs) {
+            guard::check_size(a).map_err(|e| {
+                RuntimeError(format!("output '{}': {e}", plan.slots[slot.index()].name))
+            })?;
+        }
+        let mut refs: Vec<&Array> = outputs.iter().collect();
+        refs.extend(status.as_ref());
         mlx::eval(&refs)?;
+        if let Some(status) = &status {
+            self.program.check_status(status)?;
+        }
         outputs
             .into_iter()
             .map(|a| {

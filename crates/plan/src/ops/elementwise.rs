@@ -38,6 +38,7 @@ pub fn register(r: &mut Registry) {
     r.op("", "BitwiseNot", 18, MAX, claim_bitwise, lower_bitwise);
     r.op("", "BitShift", 11, MAX, claim_bitshift, lower_bitshift);
     r.op("", "Where", 9, MAX, claim_where, lower_where);
+    r.op("", "Shrink", 9, MAX, claim_float_unary, lower_shrink);
     // Unary math on floats.
     for (op, since) in [
         ("Exp", 6),
@@ -88,7 +89,7 @@ pub fn register(r: &mut Registry) {
     r.op("", "CastLike", 15, MAX, claim_cast, lower_cast);
     r.op("", "Clip", 6, MAX, claim_clip, lower_clip);
     r.op("", "Identity", 1, MAX, claim_identity, lower_identity);
-    r.op("", "Dropout", 7, MAX, claim_dropout, lower_identity);
+    r.op("", "Dropout", 7, MAX, claim_dropout, lower_dropout);
 }
 
 fn claim_arith(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
@@ -141,21 +142,21 @@ fn trunc_div(ctx: &mut LowerCtx, a: Slot, b: Slot, dt: DataType) -> Result<Slot,
 }
 
 fn claim_pow(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
-    let base = ctx.expect_dtype(node, 0, NUMERIC)?;
-    let exp = ctx.expect_dtype(node, 1, NUMERIC)?;
-    if !base.is_float() {
-        if exp.is_float() {
-            decline!("Pow: an integer base with a {exp} exponent is not claimed");
-        }
-        // MLX's integer power loops over the exponent's bits: only non-negative constants.
-        match node.input(1).and_then(|n| ctx.constant(n)) {
-            Some(t) if t.to_i64_vec().is_some_and(|v| v.iter().all(|&e| e >= 0)) => {}
-            _ => decline!(
-                "Pow: an integer base needs a constant non-negative exponent (MLX integer power)"
-            ),
-        }
-    }
+    ctx.expect_dtype(node, 0, NUMERIC)?;
+    ctx.expect_dtype(node, 1, NUMERIC)?;
+    // An integer base runs in MLX's integer power when the exponent is a non-negative integer
+    // constant, otherwise as ORT computes it: `T(pow(double(x), double(y)))` (float64, on
+    // MLX's CPU backend).
     Ok(())
+}
+
+/// Whether `Pow`'s exponent is a constant of non-negative integers (MLX's integer power
+/// loops over its bits).
+fn int_exponent(ctx: &LowerCtx, node: &Node) -> bool {
+    ctx.const_input(node, 1)
+        .filter(|t| !t.dtype.is_float())
+        .and_then(|t| t.to_i64_vec())
+        .is_some_and(|v| v.iter().all(|&e| e >= 0))
 }
 
 fn lower_pow(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
@@ -169,6 +170,13 @@ fn lower_pow(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
             .is_some_and(|v| v.len() == 1 && v[0] == 2.0);
     let out = if square {
         ctx.unary(U::Square, x, dt)
+    } else if !dt.is_float() && !int_exponent(ctx, node) {
+        let f = DataType::Double;
+        let e = ctx.input(node, 1)?;
+        let xf = ctx.cast(x, dt, f);
+        let ef = ctx.cast(e, edt, f);
+        let p = ctx.binary(B::Power, xf, ef, f);
+        ctx.cast(p, f, dt)
     } else {
         let e = ctx.input(node, 1)?;
         let e = ctx.cast(e, edt, dt);
@@ -180,11 +188,11 @@ fn lower_pow(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
 fn claim_mod(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
     let dt = same_dtypes(ctx, node, 0..2, NUMERIC)?;
     let fmod = attr_int(node, "fmod").or_decline()?.unwrap_or(0);
-    if dt.is_float() {
-        decline!("Mod: float operands are not claimed (MLX has no exact C fmod)");
-    }
     if fmod != 0 && fmod != 1 {
         decline!("Mod: fmod={fmod} is invalid");
+    }
+    if dt.is_float() && fmod == 0 {
+        decline!("Mod: float operands need fmod=1 (ONNX Runtime rejects fmod=0)");
     }
     Ok(())
 }
@@ -194,6 +202,18 @@ fn lower_mod(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     let fmod = attr_int(node, "fmod").or_invalid(node)?.unwrap_or(0) == 1;
     let a = ctx.input(node, 0)?;
     let b = ctx.input(node, 1)?;
+    if dt.is_float() {
+        // C fmod(a, b) = sign(a) * fmod(|a|, |b|); on non-negative operands MLX's remainder is
+        // fmod itself (no sign adjustment, so no rounding).
+        let abs_a = ctx.unary(U::Abs, a, dt);
+        let abs_b = ctx.unary(U::Abs, b, dt);
+        let m = ctx.binary(B::Remainder, abs_a, abs_b, dt);
+        let neg_m = ctx.unary(U::Negative, m, dt);
+        let zero = ctx.scalar(dt, 0.0)?;
+        let a_neg = ctx.binary(B::Less, a, zero, dt);
+        let out = select(ctx, a_neg, neg_m, m, dt);
+        return ctx.finish(node, 0, out, dt);
+    }
     // MLX remainder takes the divisor's sign (Python), which is ONNX fmod=0.
     let r = ctx.binary(B::Remainder, a, b, dt);
     let out = if fmod && dt.is_signed_integer() {
@@ -435,6 +455,8 @@ fn lower_unary(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
         })
     };
     let (out, odt) = match node.op_type.as_str() {
+        // MLX's float64 exp is float32-accurate: rebuilt from pow (see `float64`).
+        "Exp" if dt == DataType::Double => (super::float64::exp(ctx, x)?, dt),
         "IsNaN" => (ctx.unary(U::IsNan, x, DataType::Bool), DataType::Bool),
         "IsInf" => {
             let pos = attr_int(node, "detect_positive")
@@ -652,7 +674,7 @@ fn cast_target(ctx: &ClaimCtx, node: &Node) -> Result<DataType, Decline> {
 fn claim_cast(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
     ctx.expect_dtype(node, 0, DATA)?;
     let to = cast_target(ctx, node)?;
-    if !DATA.contains(&to) {
+    if !DATA.contains(&to) && !(to == DataType::Double && crate::registry::float64_claimed(node)) {
         decline!(
             "{}: casting to {to} is not claimed{}",
             node.op_type,
@@ -729,9 +751,31 @@ fn claim_identity(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
 
 fn claim_dropout(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
     ctx.expect_dtype(node, 0, DATA)?;
-    no_output(node, 1, "mask")?;
-    if node.input(2).is_some() {
-        decline!("Dropout: a training_mode input is not claimed (inference only)");
+    if ctx.opset < 10 {
+        // opset 7's mask has x's type
+        no_output(node, 1, "mask")?;
+    }
+    if let Some(t) = node.input(2) {
+        match ctx.constant(t).and_then(|t| t.to_i64_vec()) {
+            Some(v) if v.iter().all(|&b| b == 0) => {}
+            _ => decline!(
+                "Dropout: a training_mode input that is not a constant false is not claimed (inference only)"
+            ),
+        }
+    }
+    Ok(())
+}
+
+/// Inference-mode Dropout: the input unchanged, and a mask of all true when asked for.
+fn lower_dropout(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
+    let x = ctx.input(node, 0)?;
+    ctx.alias(node, 0, x);
+    if node.output(1).is_some() {
+        // isnan(x) | !isnan(x): true everywhere, shaped like x
+        let b = ctx.unary(U::IsNan, x, DataType::Bool);
+        let nb = ctx.unary(U::LogicalNot, b, DataType::Bool);
+        let mask = ctx.binary(B::LogicalOr, b, nb, DataType::Bool);
+        ctx.finish(node, 1, mask, DataType::Bool)?;
     }
     Ok(())
 }
@@ -740,4 +784,26 @@ fn lower_identity(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     let x = ctx.input(node, 0)?;
     ctx.alias(node, 0, x);
     Ok(())
+}
+
+/// `x < -lambd ? x + bias : x > lambd ? x - bias : 0`, in float32 for half inputs.
+fn lower_shrink(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
+    let dt = ctx.input_dtype(node, 0)?;
+    let cdt = compute_dtype(dt);
+    let lambd = attr_float(node, "lambd").or_invalid(node)?.unwrap_or(0.5) as f64;
+    let bias = attr_float(node, "bias").or_invalid(node)?.unwrap_or(0.0) as f64;
+    let x0 = ctx.input(node, 0)?;
+    let x = ctx.cast(x0, dt, cdt);
+    let lo = ctx.scalar(cdt, -lambd)?;
+    let hi = ctx.scalar(cdt, lambd)?;
+    let b = ctx.scalar(cdt, bias)?;
+    let zero = ctx.scalar(cdt, 0.0)?;
+    let below = ctx.binary(B::Less, x, lo, cdt);
+    let above = ctx.binary(B::Greater, x, hi, cdt);
+    let plus = ctx.binary(B::Add, x, b, cdt);
+    let minus = ctx.binary(B::Subtract, x, b, cdt);
+    let upper = select(ctx, above, minus, zero, cdt);
+    let y = select(ctx, below, plus, upper, cdt);
+    let y = ctx.cast(y, cdt, dt);
+    ctx.finish(node, 0, y, dt)
 }

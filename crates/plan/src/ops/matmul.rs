@@ -9,8 +9,10 @@ use crate::registry::ClaimCtx;
 /// Registers the matmul family.
 #[rustfmt::skip]
 pub fn register(r: &mut Registry) {
-    r.op("", "MatMul", 1, MAX, claim_matmul, lower_matmul);
-    r.op("", "Gemm", 7, MAX, claim_gemm, lower_gemm);
+    r.op("", "MatMul", 1, MAX, claim_matmul, lower_matmul)
+        .notes("floating-point only: integer products stay on ORT (float32 can't hold int64 exactly)");
+    r.op("", "Gemm", 7, MAX, claim_gemm, lower_gemm)
+        .notes("A and B of rank 2; a constant transposed operand is transposed at plan time");
 }
 
 fn claim_matmul(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {

@@ -7,11 +7,22 @@ use crate::plan::{LowerCtx, PlanError};
 use crate::registry::{Decline, Registry};
 use crate::step::{BinaryOp, Slot, Step, UnaryOp};
 
+pub mod conv_transpose;
+pub mod einsum;
 pub mod elementwise;
+pub mod float64;
+pub mod generators;
+pub mod indexing;
+pub mod layout;
 pub mod matmul;
+pub mod microsoft;
 pub mod nn;
 pub mod norm;
+pub mod normalize;
+pub mod pool_more;
+pub mod quantize;
 pub mod reduce;
+pub mod resize;
 pub mod shape;
 pub mod transformer;
 
@@ -25,8 +36,18 @@ pub fn register_all(r: &mut Registry) {
     matmul::register(r);
     reduce::register(r);
     norm::register(r);
+    quantize::register(r);
     nn::register(r);
+    conv_transpose::register(r);
+    indexing::register(r);
+    layout::register(r);
+    normalize::register(r);
+    generators::register(r);
+    resize::register(r);
+    einsum::register(r);
+    pool_more::register(r);
     transformer::register(r);
+    microsoft::register(r);
 }
 
 /// DataType::Float types MLX computes on every device.

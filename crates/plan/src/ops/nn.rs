@@ -24,7 +24,7 @@ pub fn register(r: &mut Registry) {
 }
 
 /// `auto_pad` and `pads` of a conv or pool with `d` spatial dims.
-fn padding(node: &Node, d: usize) -> Result<AutoPad, String> {
+pub(crate) fn padding(node: &Node, d: usize) -> Result<AutoPad, String> {
     let auto = attr_str(node, "auto_pad")?.unwrap_or_else(|| "NOTSET".into());
     match auto.as_str() {
         "NOTSET" => {
@@ -54,7 +54,7 @@ fn padding(node: &Node, d: usize) -> Result<AutoPad, String> {
 }
 
 /// A per-spatial-dim attribute defaulting to ones.
-fn spatial_attr(node: &Node, name: &str, d: usize) -> Result<Vec<i64>, String> {
+pub(crate) fn spatial_attr(node: &Node, name: &str, d: usize) -> Result<Vec<i64>, String> {
     let v = attr_ints(node, name)?.unwrap_or_else(|| vec![1; d]);
     if v.len() != d || v.iter().any(|&x| x < 1) {
         return Err(format!(
@@ -77,6 +77,14 @@ fn conv_kernel(
         {
             return Err(format!(
                 "Conv: kernel_shape {k:?} does not match the weight rank {r}"
+            ));
+        }
+        if let Some(w) = &weight_shape
+            && w.len() == k.len() + 2
+            && w[2..] != k[..]
+        {
+            return Err(format!(
+                "Conv: kernel_shape {k:?} disagrees with the weight's shape {w:?}"
             ));
         }
         return Ok(k);
@@ -130,14 +138,14 @@ fn claim_conv(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
     Ok(())
 }
 
-fn channels_last_perm(rank: usize) -> Vec<usize> {
+pub(crate) fn channels_last_perm(rank: usize) -> Vec<usize> {
     let mut p = vec![0];
     p.extend(2..rank);
     p.push(1);
     p
 }
 
-fn channels_first_perm(rank: usize) -> Vec<usize> {
+pub(crate) fn channels_first_perm(rank: usize) -> Vec<usize> {
     let mut p = vec![0, rank - 1];
     p.extend(1..rank - 1);
     p
@@ -198,7 +206,7 @@ fn lower_conv(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     ctx.finish(node, 0, out, dt)
 }
 
-fn pool_spec(ctx_opset: i64, node: &Node) -> Result<PoolSpec, String> {
+pub(crate) fn pool_spec(ctx_opset: i64, node: &Node) -> Result<PoolSpec, String> {
     let kernel = attr_ints(node, "kernel_shape")?
         .ok_or_else(|| format!("{}: kernel_shape is missing", node.op_type))?;
     let d = kernel.len();
@@ -228,7 +236,22 @@ fn pool_spec(ctx_opset: i64, node: &Node) -> Result<PoolSpec, String> {
 }
 
 fn claim_pool(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
-    ctx.expect_dtype(node, 0, FLOATS)?;
+    if node.op_type == "MaxPool" && ctx.opset >= 12 {
+        // int8 and uint8 since opset 12
+        ctx.expect_dtype(
+            node,
+            0,
+            &[
+                DataType::Float,
+                DataType::Float16,
+                DataType::BFloat16,
+                DataType::Int8,
+                DataType::Uint8,
+            ],
+        )?;
+    } else {
+        ctx.expect_dtype(node, 0, FLOATS)?;
+    }
     let spec = pool_spec(ctx.opset, node).or_decline()?;
     if let Some(r) = ctx.rank(node.input(0).unwrap_or(""))
         && r != spec.kernel.len() + 2
@@ -289,7 +312,12 @@ fn lower_pool(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
             },
             None => PadSpec::Pool(spec.clone()),
         };
-        let value = ctx.scalar(dt, if is_max { f64::NEG_INFINITY } else { 0.0 })?;
+        let lowest = match dt {
+            DataType::Int8 => -128.0,
+            DataType::Uint8 => 0.0,
+            _ => f64::NEG_INFINITY,
+        };
+        let value = ctx.scalar(dt, if is_max { lowest } else { 0.0 })?;
         let out = ctx.temp(dt);
         ctx.push(Step::Pad {
             x,
@@ -432,6 +460,9 @@ fn resize_modes(node: &Node) -> Result<(CoordinateTransform, NearestMode), Strin
 }
 
 fn claim_resize(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
+    if super::resize::is_interp(node) {
+        return super::resize::claim_interp(ctx, node);
+    }
     ctx.expect_dtype(node, 0, DATA)?;
     resize_modes(node).or_decline()?;
     if ctx.opset >= 18 {
@@ -456,6 +487,9 @@ fn claim_resize(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
 }
 
 fn lower_resize(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
+    if super::resize::is_interp(node) {
+        return super::resize::lower_interp(ctx, node);
+    }
     let dt = ctx.input_dtype(node, 0)?;
     let (ct, nm) = resize_modes(node).or_invalid(node)?;
     let scales = match node.input(2) {

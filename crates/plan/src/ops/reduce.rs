@@ -6,7 +6,7 @@ use super::*;
 use crate::decline;
 use crate::plan::invalid;
 use crate::registry::ClaimCtx;
-use crate::step::{ArgReduceOp, ReduceAxes, ReduceOp, UnaryOp as U, normalize_axes};
+use crate::step::{ArgReduceOp, ReduceAxes, ReduceOp, ShapeSource, UnaryOp as U, normalize_axes};
 
 /// Registers the reduction family.
 #[rustfmt::skip]
@@ -27,6 +27,7 @@ pub fn register(r: &mut Registry) {
     }
     r.op("", "ArgMax", 1, MAX, claim_arg, lower_arg);
     r.op("", "CumSum", 11, MAX, claim_cumsum, lower_cumsum);
+    r.op("", "CumProd", 26, MAX, claim_cumsum, lower_cumsum);
     r.op("", "ArgMin", 1, MAX, claim_arg, lower_arg);
 }
 
@@ -144,6 +145,10 @@ fn lower_reduce(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     let widen = |ctx: &mut LowerCtx, s: Slot| ctx.cast(s, dt, acc_dt);
     let out = match node.op_type.as_str() {
         "ReduceMean" => reduce_step(ctx, ReduceOp::Mean, x, axes, keepdims, dt),
+        // MLX's float64 logsumexp uses its float32-accurate exp (see `float64`).
+        "ReduceLogSumExp" if dt == DataType::Double => {
+            super::float64::log_sum_exp(ctx, x, &axes, keepdims)?
+        }
         "ReduceLogSumExp" => reduce_step(ctx, ReduceOp::LogSumExp, x, axes, keepdims, dt),
         "ReduceMax" if dt == DataType::Bool => {
             reduce_step(ctx, ReduceOp::Any, x, axes, keepdims, dt)
@@ -196,10 +201,8 @@ fn claim_arg(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
         .unwrap_or(0)
         != 0
     {
-        decline!(
-            "{}: select_last_index=1 is not claimed (MLX returns the first index)",
-            node.op_type
-        );
+        // lowered on the reversed input, which needs a non-negative axis
+        ctx.expect_rank(node, 0)?;
     }
     Ok(())
 }
@@ -216,7 +219,32 @@ fn lower_arg(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     } else {
         ArgReduceOp::ArgMin
     };
-    let x = ctx.input(node, 0)?;
+    let last = attr_int(node, "select_last_index")
+        .or_invalid(node)?
+        .unwrap_or(0)
+        != 0;
+    let x0 = ctx.input(node, 0)?;
+    let x = if last {
+        // MLX returns the first extreme index: search the input reversed along the axis,
+        // then map the index back (n - 1 - i).
+        if axis < 0 {
+            invalid!(node, "select_last_index needs a known rank");
+        }
+        let rev = ctx.temp(ctx.input_dtype(node, 0)?);
+        ctx.push(Step::Slice {
+            x: x0,
+            spec: crate::step::SliceSpec {
+                starts: ShapeSource::Static(vec![-1]),
+                ends: ShapeSource::Static(vec![i64::MIN]),
+                axes: Some(ShapeSource::Static(vec![axis])),
+                steps: Some(ShapeSource::Static(vec![-1])),
+            },
+            out: rev,
+        });
+        rev
+    } else {
+        x0
+    };
     let idx = ctx.temp(DataType::Uint32);
     ctx.push(Step::ArgReduce {
         op,
@@ -225,7 +253,19 @@ fn lower_arg(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
         keepdims,
         out: idx,
     });
-    let out = ctx.cast(idx, DataType::Uint32, DataType::Int64);
+    let mut out = ctx.cast(idx, DataType::Uint32, DataType::Int64);
+    if last {
+        let n = ctx.temp(DataType::Int64);
+        ctx.push(Step::Shape {
+            x: x0,
+            start: axis,
+            end: Some(axis + 1),
+            out: n,
+        });
+        let one = ctx.scalar(DataType::Int64, 1.0)?;
+        let n1 = ctx.binary(crate::step::BinaryOp::Subtract, n, one, DataType::Int64);
+        out = ctx.binary(crate::step::BinaryOp::Subtract, n1, out, DataType::Int64);
+    }
     ctx.finish(node, 0, out, DataType::Int64)
 }
 
@@ -245,20 +285,47 @@ fn claim_cumsum(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
     )?;
     ctx.expect_dtype(node, 1, &[DataType::Int32, DataType::Int64])?;
     match node.input(1).and_then(|n| ctx.constant(n)) {
-        Some(t) if t.numel() == 1 => Ok(()),
-        _ => decline!("CumSum: the axis must be a constant scalar"),
+        Some(t) if t.numel() != 1 => decline!("{}: the axis must be a scalar", node.op_type),
+        // a constant axis, or one read on the host at run time
+        _ => Ok(()),
     }
 }
 
+/// CumSum and CumProd. A constant CumSum axis becomes [`Step::CumSum`]; otherwise
+/// [`Step::Cumulative`] (its axis may be read on the host at run time).
 fn lower_cumsum(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     let dt = ctx.input_dtype(node, 0)?;
-    let Some(axis) = ctx
+    let reverse = attr_int(node, "reverse").or_invalid(node)?.unwrap_or(0) != 0;
+    let inclusive = attr_int(node, "exclusive").or_invalid(node)?.unwrap_or(0) == 0;
+    let const_axis = ctx
         .const_input(node, 1)
         .and_then(|t| t.to_i64_vec())
-        .and_then(|v| v.first().copied())
-    else {
-        invalid!(node, "the axis is not a constant");
+        .and_then(|v| v.first().copied());
+    let (op, axis) = match (node.op_type.as_str(), const_axis) {
+        ("CumSum", Some(axis)) => (None, axis),
+        (op, _) => (
+            Some(if op == "CumProd" {
+                crate::step::CumOp::Prod
+            } else {
+                crate::step::CumOp::Sum
+            }),
+            0,
+        ),
     };
+    if let Some(op) = op {
+        let axis = ctx.ints_input(node, 1)?;
+        let x = ctx.input(node, 0)?;
+        let out = ctx.temp(dt);
+        ctx.push(Step::Cumulative {
+            op,
+            x,
+            axis,
+            reverse,
+            inclusive,
+            out,
+        });
+        return ctx.finish(node, 0, out, dt);
+    }
     let axis = match ctx.input_rank(node, 0) {
         Some(r) => crate::step::normalize_axis(axis, r).or_invalid(node)? as i64,
         None => axis,
@@ -268,8 +335,8 @@ fn lower_cumsum(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     ctx.push(Step::CumSum {
         x,
         axis: axis as i32,
-        reverse: attr_int(node, "reverse").or_invalid(node)?.unwrap_or(0) != 0,
-        inclusive: attr_int(node, "exclusive").or_invalid(node)?.unwrap_or(0) == 0,
+        reverse,
+        inclusive,
         dtype: dt,
         out,
     });

@@ -406,7 +406,8 @@ fn constant_of_shape_value(node: &Node) -> Result<TensorData, String> {
 fn claim_constant_of_shape(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
     ctx.expect_dtype(node, 0, &[DataType::Int64])?;
     let v = constant_of_shape_value(node).or_decline()?;
-    if !DATA.contains(&v.dtype) {
+    let f64_ok = v.dtype == DataType::Double && crate::registry::float64_claimed(node);
+    if !DATA.contains(&v.dtype) && !f64_ok {
         decline!(
             "ConstantOfShape: a {} value is not claimed{}",
             v.dtype,
@@ -455,6 +456,7 @@ fn lower_constant_of_shape(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanEr
 fn claim_constant(_ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
     match crate::fold::constant_node_value(node) {
         Some(t) if DATA.contains(&t.dtype) => Ok(()),
+        Some(t) if t.dtype == DataType::Double && crate::registry::float64_claimed(node) => Ok(()),
         Some(t) => decline!(
             "Constant: a {} tensor is not claimed{}",
             t.dtype,
@@ -661,10 +663,11 @@ fn claim_trilu(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
     {
         decline!("Trilu: input rank {r} is below 2");
     }
-    if let Some(k) = node.input(1) {
-        match ctx.constant(k) {
-            Some(t) if t.numel() == 1 => {}
-            _ => decline!("Trilu: k must be a constant scalar"),
+    if node.input(1).is_some() {
+        // A k known only at run time is compared against row/column positions instead.
+        ctx.expect_dtype(node, 1, &[DataType::Int64])?;
+        if ctx.rank(node.input(0).unwrap_or("")).is_none() {
+            decline!("Trilu: a k input needs the input's rank");
         }
     }
     Ok(())
@@ -680,7 +683,7 @@ fn lower_trilu(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
             .and_then(|v| v.first().copied())
         {
             Some(k) => k,
-            None => invalid!(node, "k is not a constant"),
+            None => return lower_trilu_dynamic(ctx, node),
         },
     };
     let x = ctx.input(node, 0)?;
@@ -689,6 +692,39 @@ fn lower_trilu(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
         x,
         upper: attr_int(node, "upper").or_invalid(node)?.unwrap_or(1) != 0,
         k: k.clamp(i32::MIN as i64, i32::MAX as i64) as i32,
+        out,
+    });
+    ctx.finish(node, 0, out, dt)
+}
+
+/// Trilu with a run-time `k`: keep `x` where `col - row >= k` (upper) or `<= k` (lower).
+fn lower_trilu_dynamic(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
+    use crate::step::BinaryOp as B;
+    let dt = ctx.input_dtype(node, 0)?;
+    let r = ctx.need_rank(node, 0)?;
+    let upper = attr_int(node, "upper").or_invalid(node)?.unwrap_or(1) != 0;
+    let x = ctx.input(node, 0)?;
+    let k = ctx.input(node, 1)?;
+    let k = {
+        let out = ctx.temp(DataType::Int64);
+        ctx.push(Step::Reshape {
+            x: k,
+            target: ReshapeTarget::Fixed(vec![]),
+            out,
+        });
+        out
+    };
+    let rows = ctx.iota_along(x, (r - 2) as i32, 2, 0);
+    let cols = ctx.iota_along(x, (r - 1) as i32, 2, 1);
+    let diag = ctx.binary(B::Subtract, cols, rows, DataType::Int64);
+    let op = if upper { B::GreaterEqual } else { B::LessEqual };
+    let keep = ctx.binary(op, diag, k, DataType::Int64);
+    let zero = ctx.scalar(dt, 0.0)?;
+    let out = ctx.temp(dt);
+    ctx.push(Step::Where {
+        cond: keep,
+        x,
+        y: zero,
         out,
     });
     ctx.finish(node, 0, out, dt)

@@ -1,0 +1,596 @@
+//! ONNX `Resize` / `Upsample` in linear and cubic modes, with ONNX Runtime's CPU rules: which
+//! axes are interpolated, output sizes, source coordinates and weights, all in float32 in the
+//! same order of operations, so that the MLX computation rounds as ORT's does.
+
+use std::fmt;
+
+use super::{CoordinateTransform, FloatSource, HostReader, ShapeSource, Slot, normalize_axes};
+
+/// Interpolation of a [`super::Step::ResizeInterp`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum InterpMode {
+    /// `linear`: 2 taps per axis, the corner products summed (bilinear / trilinear).
+    Linear,
+    /// `cubic`: 4 taps per axis (Keys, coefficient `a`), separable passes.
+    Cubic {
+        /// `cubic_coeff_a`.
+        a: f32,
+        /// `exclude_outside`: taps outside the input get weight 0, the rest renormalised.
+        exclude_outside: bool,
+    },
+}
+
+/// How output positions map to input coordinates.
+#[derive(Clone, PartialEq)]
+pub enum InterpCoordinates {
+    /// One of the `coordinate_transformation_mode`s (not `tf_crop_and_resize`).
+    Transform(CoordinateTransform),
+    /// `tf_crop_and_resize`: `roi` (`[starts..., ends...]` over every axis, or over `axes`),
+    /// and the value of outputs whose source lies outside the input.
+    CropAndResize {
+        /// The `roi` input.
+        roi: FloatSource,
+        /// `extrapolation_value`.
+        extrapolation: f32,
+    },
+}
+
+impl fmt::Debug for InterpCoordinates {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            InterpCoordinates::Transform(t) => write!(f, "{t:?}"),
+            InterpCoordinates::CropAndResize { roi, extrapolation } => {
+                write!(f, "crop(roi={roi:?}, extrapolation={extrapolation})")
+            }
+        }
+    }
+}
+
+/// ONNX `Resize` (opset 10+) or `Upsample` in linear / cubic mode.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InterpSpec {
+    /// Linear or cubic.
+    pub mode: InterpMode,
+    /// Coordinate mapping.
+    pub coordinates: InterpCoordinates,
+    /// Scales (one per axis, or per listed axis), when given.
+    pub scales: Option<FloatSource>,
+    /// Output sizes (take precedence when both are given), when given.
+    pub sizes: Option<ShapeSource>,
+    /// Opset 18 `axes` (scales / sizes / roi list these axes only).
+    pub axes: Option<Vec<i64>>,
+}
+
+/// One interpolated axis: the input positions and weights of each tap for every output
+/// position.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InterpAxis {
+    /// The axis.
+    pub axis: i32,
+    /// `(indices, weights)` per tap; both have one entry per output position.
+    pub taps: Vec<(Vec<i32>, Vec<f32>)>,
+    /// Cubic only: the per-output divisor applied to each weighted tap (ORT renormalises the
+    /// outer pass this way under `exclude_outside`).
+    pub divisor: Option<Vec<f32>>,
+    /// With `tf_crop_and_resize`: whether each output's source lies inside the input.
+    pub inside: Option<Vec<bool>>,
+}
+
+/// Resolved interpolation for one input shape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InterpArgs {
+    /// The interpolated axes, in increasing order; empty when the output equals the input (ORT
+    /// then copies).
+    pub axes: Vec<InterpAxis>,
+    /// The output shape.
+    pub out_shape: Vec<i64>,
+    /// `true`: cubic (one weighted pass per axis, innermost axis first); `false`: linear (the
+    /// sum over all corners of the weight products times the gathered value).
+    pub separable: bool,
+    /// With `tf_crop_and_resize`: the value of outputs whose source is outside the input.
+    pub extrapolation: Option<f32>,
+}
+
+/// The source coordinate of output position `o` under ORT's float32 formulas.
+#[allow(clippy::too_many_arguments)]
+pub fn source_coordinate(
+    coordinates: Option<CoordinateTransform>,
+    o: f32,
+    scale: f32,
+    out_len: f32,
+    in_len: f32,
+    roi_start: f32,
+    roi_end: f32,
+) -> f32 {
+    use CoordinateTransform::*;
+    match coordinates {
+        Some(Asymmetric) => o / scale,
+        Some(PytorchHalfPixel) => {
+            if out_len > 1.0 {
+                (o + 0.5) / scale - 0.5
+            } else {
+                0.0
+            }
+        }
+        Some(TfHalfPixelForNearest) => (o + 0.5) / scale,
+        Some(AlignCorners) => {
+            if out_len == 1.0 {
+                0.0
+            } else {
+                o * (in_len - 1.0) / (out_len - 1.0)
+            }
+        }
+        Some(HalfPixelSymmetric) => {
+            // Partly in double precision, as ORT writes it.
+            let output_width = scale * in_len;
+            let adjustment = out_len / output_width;
+            let center = in_len / 2.0;
+            let offset = center * (1.0 - adjustment);
+            (offset as f64 + (o as f64 + 0.5) / scale as f64 - 0.5) as f32
+        }
+        Some(HalfPixel) => ((o + 0.5) / scale) - 0.5,
+        None => {
+            // tf_crop_and_resize
+            if out_len > 1.0 {
+                roi_start * (in_len - 1.0)
+                    + (o * (roi_end - roi_start) * (in_len - 1.0)) / (out_len - 1.0)
+            } else {
+                (0.5 * (roi_start + roi_end) as f64 * (in_len - 1.0) as f64) as f32
+            }
+        }
+    }
+}
+
+/// Keys cubic coefficients for the fractional offset `s` (ORT's `GetCubicCoeffs`).
+pub fn cubic_coeffs(s: f32, a: f32) -> [f32; 4] {
+    let s = s.abs();
+    [
+        ((a * (s + 1.0) - 5.0 * a) * (s + 1.0) + 8.0 * a) * (s + 1.0) - 4.0 * a,
+        ((a + 2.0) * s - (a + 3.0)) * s * s + 1.0,
+        ((a + 2.0) * (1.0 - s) - (a + 3.0)) * (1.0 - s) * (1.0 - s) + 1.0,
+        ((a * (2.0 - s) - 5.0 * a) * (2.0 - s) + 8.0 * a) * (2.0 - s) - 4.0 * a,
+    ]
+}
+
+/// Output dims and full-rank float32 scales of ONNX Runtime's `Resize`/`Upsample` for an input
+/// of `input_shape`: with sizes, `scale = out / in` (1 for empty dims); with scales,
+/// `out = trunc(scale * in)` computed in float32.
+pub fn resize_output(
+    input_shape: &[i64],
+    axes: &[usize],
+    scales: Option<&[f64]>,
+    sizes: Option<&[i64]>,
+) -> Result<(Vec<i64>, Vec<f32>), String> {
+    let rank = input_shape.len();
+    let mut out = input_shape.to_vec();
+    let mut sc = vec![1.0f32; rank];
+    match (sizes, scales) {
+        (Some(sz), _) => {
+            if sz.len() != axes.len() {
+                return Err(format!(
+                    "Resize sizes has {} entries for {} axes",
+                    sz.len(),
+                    axes.len()
+                ));
+            }
+            for (j, &ax) in axes.iter().enumerate() {
+                if sz[j] < 0 {
+                    return Err(format!("Resize size {} is negative", sz[j]));
+                }
+                out[ax] = sz[j];
+                sc[ax] = if input_shape[ax] == 0 {
+                    if sz[j] != 0 {
+                        return Err("Resize cannot scale an empty dim to a non-empty one".into());
+                    }
+                    1.0
+                } else {
+                    sz[j] as f32 / input_shape[ax] as f32
+                };
+            }
+        }
+        (None, Some(s)) => {
+            if s.len() != axes.len() {
+                return Err(format!(
+                    "Resize scales has {} entries for {} axes",
+                    s.len(),
+                    axes.len()
+                ));
+            }
+            for (j, &ax) in axes.iter().enumerate() {
+                let v = s[j] as f32;
+                if v.is_nan() || v <= 0.0 {
+                    return Err(format!("Resize scale {v} must be positive"));
+                }
+                sc[ax] = v;
+                out[ax] = (v * input_shape[ax] as f32) as i64;
+            }
+        }
+        (None, None) => return Err("Resize needs scales or sizes".into()),
+    }
+    Ok((out, sc))
+}
+
+/// The axes ORT's linear / cubic kernels interpolate for a rank and its scales.
+pub fn interpolated_axes(mode: InterpMode, scales: &[f32]) -> Result<Vec<usize>, String> {
+    let one = |i: usize| scales[i] == 1.0;
+    let axes = match (mode, scales.len()) {
+        (_, 2) => vec![0, 1],
+        (InterpMode::Linear, 3) => vec![0, 1, 2],
+        (_, 4) if one(0) && one(1) => vec![2, 3],
+        (InterpMode::Linear, 4) if one(0) && one(3) => vec![1, 2],
+        (InterpMode::Linear, 5) if one(0) && one(1) => vec![2, 3, 4],
+        (InterpMode::Linear, _) => {
+            return Err(format!(
+                "Resize linear supports 2-D and 3-D inputs and 4-D / 5-D inputs whose outer \
+                 scales are 1 (scales {scales:?})"
+            ));
+        }
+        (InterpMode::Cubic { .. }, _) => {
+            return Err(format!(
+                "Resize cubic supports 2-D inputs and 4-D inputs whose outer scales are 1 \
+                 (scales {scales:?})"
+            ));
+        }
+    };
+    Ok(axes)
+}
+
+impl InterpSpec {
+    /// Taps, weights and output shape for an input of `input_shape`.
+    pub fn resolve(
+        &self,
+        input_shape: &[i64],
+        host: &mut dyn HostReader,
+    ) -> Result<InterpArgs, String> {
+        let rank = input_shape.len();
+        let listed: Vec<usize> = match &self.axes {
+            Some(a) => normalize_axes(a, rank)?,
+            None => (0..rank).collect(),
+        };
+        let sizes = match &self.sizes {
+            Some(s) => Some(s.get(host)?).filter(|v| !v.is_empty()),
+            None => None,
+        };
+        let scales = match (&sizes, &self.scales) {
+            (None, Some(s)) => Some(s.get(host)?).filter(|v| !v.is_empty()),
+            _ => None,
+        };
+        let (out_shape, scales) =
+            resize_output(input_shape, &listed, scales.as_deref(), sizes.as_deref())?;
+        let (transform, roi, extrapolation) = match &self.coordinates {
+            InterpCoordinates::Transform(t) => (Some(*t), None, None),
+            InterpCoordinates::CropAndResize { roi, extrapolation } => {
+                let r = roi.get(host)?;
+                // Full-rank [starts..., ends...], defaulting to the whole axis.
+                let mut full = vec![0.0f32; 2 * rank];
+                full[rank..].iter_mut().for_each(|v| *v = 1.0);
+                if r.len() == 2 * listed.len() {
+                    for (j, &ax) in listed.iter().enumerate() {
+                        full[ax] = r[j] as f32;
+                        full[rank + ax] = r[listed.len() + j] as f32;
+                    }
+                } else if !r.is_empty() {
+                    return Err(format!(
+                        "Resize roi has {} entries for {} axes",
+                        r.len(),
+                        listed.len()
+                    ));
+                }
+                (None, Some(full), Some(*extrapolation))
+            }
+        };
+        let separable = matches!(self.mode, InterpMode::Cubic { .. });
+        if out_shape == input_shape {
+            return Ok(InterpArgs {
+                axes: Vec::new(),
+                out_shape,
+                separable,
+                extrapolation: None,
+            });
+        }
+        let axes = interpolated_axes(self.mode, &scales)?;
+        for (i, s) in scales.iter().enumerate() {
+            if !axes.contains(&i) && *s != 1.0 {
+                return Err(format!(
+                    "Resize: axis {i} has scale {s} but only axes {axes:?} are interpolated"
+                ));
+            }
+        }
+        let n_axes = axes.len();
+        let mut result = Vec::with_capacity(n_axes);
+        for (pos, &ax) in axes.iter().enumerate() {
+            let (n, m, scale) = (input_shape[ax], out_shape[ax], scales[ax]);
+            let (rs, re) = match &roi {
+                Some(r) => (r[ax], r[rank + ax]),
+                None => (0.0, 1.0),
+            };
+            let coords: Vec<f32> = (0..m)
+                .map(|o| {
+                    if scale == 1.0 {
+                        o as f32
+                    } else {
+                        source_coordinate(transform, o as f32, scale, m as f32, n as f32, rs, re)
+                    }
+                })
+                .collect();
+            let inside = roi.as_ref().map(|_| {
+                coords
+                    .iter()
+                    .map(|&c| !(c < 0.0 || c > (n - 1) as f32))
+                    .collect::<Vec<bool>>()
+            });
+            let (taps, divisor) = match self.mode {
+                InterpMode::Linear => (linear_taps(&coords, n), None),
+                InterpMode::Cubic { a, exclude_outside } => {
+                    // The innermost axis is the first pass (weights pre-divided); the outer one
+                    // divides each weighted tap.
+                    cubic_taps(&coords, n, a, exclude_outside, pos + 1 == n_axes)
+                }
+            };
+            result.push(InterpAxis {
+                axis: ax as i32,
+                taps,
+                divisor,
+                inside,
+            });
+        }
+        Ok(InterpArgs {
+            axes: result,
+            out_shape,
+            separable,
+            extrapolation,
+        })
+    }
+
+    /// Slots read on the host by [`InterpSpec::resolve`].
+    pub fn host_reads(&self) -> Vec<Slot> {
+        let mut v: Vec<Slot> = self
+            .scales
+            .as_ref()
+            .and_then(FloatSource::dynamic_slot)
+            .into_iter()
+            .chain(self.sizes.as_ref().and_then(ShapeSource::dynamic_slot))
+            .collect();
+        if let InterpCoordinates::CropAndResize { roi, .. } = &self.coordinates {
+            v.extend(roi.dynamic_slot());
+        }
+        v
+    }
+
+    /// Applies `f` to every slot the spec reads.
+    pub fn map_slots(&mut self, f: &mut dyn FnMut(&mut Slot)) {
+        if let Some(FloatSource::Dynamic(s)) = &mut self.scales {
+            f(s);
+        }
+        if let Some(ShapeSource::Dynamic(s)) = &mut self.sizes {
+            f(s);
+        }
+        if let InterpCoordinates::CropAndResize {
+            roi: FloatSource::Dynamic(s),
+            ..
+        } = &mut self.coordinates
+        {
+            f(s);
+        }
+    }
+}
+
+/// ORT's linear taps: the clamped coordinate between its floor and the next index, weighted by
+/// the distance to the other one (0.5 each at the last index).
+fn linear_taps(coords: &[f32], n: i64) -> Vec<(Vec<i32>, Vec<f32>)> {
+    let m = coords.len();
+    let (mut i1, mut i2, mut w1, mut w2) = (
+        Vec::with_capacity(m),
+        Vec::with_capacity(m),
+        Vec::with_capacity(m),
+        Vec::with_capacity(m),
+    );
+    let last = (n - 1).max(0);
+    for &c in coords {
+        let c = c.min(last as f32).max(0.0);
+        let a = (c as i64).min(last);
+        let b = (a + 1).min(last);
+        let (mut d1, mut d2) = ((c - a as f32).abs(), (c - b as f32).abs());
+        if a == b {
+            d1 = 0.5;
+            d2 = 0.5;
+        }
+        i1.push(a as i32);
+        i2.push(b as i32);
+        // The lower index is weighted by the distance to the upper one, and vice versa.
+        w1.push(d2);
+        w2.push(d1);
+    }
+    vec![(i1, w1), (i2, w2)]
+}
+
+/// ORT's cubic taps: 4 clamped indices around `floor(c)`; with `exclude_outside` the weights of
+/// taps outside the input are 0 and the rest are renormalised by their sum (pre-divided for the
+/// innermost pass, as a per-output divisor otherwise).
+#[allow(clippy::type_complexity)]
+fn cubic_taps(
+    coords: &[f32],
+    n: i64,
+    a: f32,
+    exclude_outside: bool,
+    innermost: bool,
+) -> (Vec<(Vec<i32>, Vec<f32>)>, Option<Vec<f32>>) {
+    let m = coords.len();
+    let mut taps: Vec<(Vec<i32>, Vec<f32>)> = (0..4)
+        .map(|_| (Vec::with_capacity(m), Vec::with_capacity(m)))
+        .collect();
+    let mut divisor = Vec::with_capacity(m);
+    for &c in coords {
+        let base = c.floor() as i64;
+        let coeffs = cubic_coeffs(c - base as f32, a);
+        let mut w = coeffs;
+        let mut sum = 1.0f32;
+        if exclude_outside {
+            sum = 0.0;
+            for (i, wi) in w.iter_mut().enumerate() {
+                let p = base - 1 + i as i64;
+                if p < 0 || p >= n {
+                    *wi = 0.0;
+                }
+                sum += *wi;
+            }
+        }
+        for (i, tap) in taps.iter_mut().enumerate() {
+            let p = (base - 1 + i as i64).clamp(0, (n - 1).max(0));
+            tap.0.push(p as i32);
+            tap.1.push(if innermost { w[i] / sum } else { w[i] });
+        }
+        divisor.push(sum);
+    }
+    let divisor = (exclude_outside && !innermost).then_some(divisor);
+    (taps, divisor)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct NoHost;
+    impl HostReader for NoHost {
+        fn ints(&mut self, s: Slot) -> Result<Vec<i64>, String> {
+            Err(format!("unexpected read of {s:?}"))
+        }
+        fn floats(&mut self, s: Slot) -> Result<Vec<f64>, String> {
+            Err(format!("unexpected read of {s:?}"))
+        }
+    }
+
+    fn spec(mode: InterpMode, ct: CoordinateTransform, scales: &[f64]) -> InterpSpec {
+        InterpSpec {
+            mode,
+            coordinates: InterpCoordinates::Transform(ct),
+            scales: Some(FloatSource::Static(scales.to_vec())),
+            sizes: None,
+            axes: None,
+        }
+    }
+
+    #[test]
+    fn output_sizes_use_float32_products() {
+        // 0.7f32 * 10 rounds to 7 in float32 (6.99999988 in float64).
+        let (out, sc) = resize_output(&[1, 10], &[0, 1], Some(&[1.0, 0.7]), None).unwrap();
+        assert_eq!(out, vec![1, 7]);
+        assert_eq!(sc[1], 0.7f32);
+        let (out, sc) = resize_output(&[2, 3], &[1], None, Some(&[7])).unwrap();
+        assert_eq!(out, vec![2, 7]);
+        assert_eq!(sc, vec![1.0, 7.0f32 / 3.0]);
+        assert!(resize_output(&[2, 3], &[0, 1], Some(&[1.0, 0.0]), None).is_err());
+        assert!(resize_output(&[2, 3], &[0, 1], None, Some(&[2])).is_err());
+    }
+
+    #[test]
+    fn interpolated_axes_follow_ort() {
+        let lin = InterpMode::Linear;
+        let cub = InterpMode::Cubic {
+            a: -0.75,
+            exclude_outside: false,
+        };
+        assert_eq!(interpolated_axes(lin, &[2.0, 2.0]).unwrap(), vec![0, 1]);
+        assert_eq!(
+            interpolated_axes(lin, &[1.0, 1.0, 2.0, 3.0]).unwrap(),
+            vec![2, 3]
+        );
+        assert_eq!(
+            interpolated_axes(lin, &[1.0, 2.0, 3.0, 1.0]).unwrap(),
+            vec![1, 2]
+        );
+        assert_eq!(
+            interpolated_axes(lin, &[1.0, 1.0, 2.0, 2.0, 2.0]).unwrap(),
+            vec![2, 3, 4]
+        );
+        assert!(interpolated_axes(lin, &[2.0]).is_err());
+        assert!(interpolated_axes(lin, &[2.0, 2.0, 2.0, 2.0]).is_err());
+        assert_eq!(
+            interpolated_axes(cub, &[1.0, 1.0, 2.0, 2.0]).unwrap(),
+            vec![2, 3]
+        );
+        assert!(interpolated_axes(cub, &[1.0, 2.0, 2.0, 1.0]).is_err());
+        assert!(interpolated_axes(cub, &[2.0, 2.0, 2.0]).is_err());
+    }
+
+    #[test]
+    fn linear_taps_and_weights() {
+        // 2 -> 4, half_pixel: coords -0.25, 0.25, 0.75, 1.25 -> clamped 0, 0.25, 0.75, 1.
+        let a = spec(
+            InterpMode::Linear,
+            CoordinateTransform::HalfPixel,
+            &[1.0, 2.0],
+        )
+        .resolve(&[3, 2], &mut NoHost)
+        .unwrap();
+        assert_eq!(a.out_shape, vec![3, 4]);
+        assert_eq!(a.axes.len(), 2);
+        // Axis 0 has scale 1: identity coordinates, still interpolated (weights 1 / 0).
+        assert_eq!(a.axes[0].taps[0].0, vec![0, 1, 2]);
+        assert_eq!(a.axes[0].taps[1].0, vec![1, 2, 2]);
+        assert_eq!(a.axes[0].taps[0].1, vec![1.0, 1.0, 0.5]);
+        let ax = &a.axes[1];
+        assert_eq!(ax.taps[0].0, vec![0, 0, 0, 1]);
+        assert_eq!(ax.taps[1].0, vec![1, 1, 1, 1]);
+        assert_eq!(ax.taps[0].1, vec![1.0, 0.75, 0.25, 0.5]);
+        assert_eq!(ax.taps[1].1, vec![0.0, 0.25, 0.75, 0.5]);
+        assert!(!a.separable);
+        // Output equal to the input: a copy.
+        let a = spec(
+            InterpMode::Linear,
+            CoordinateTransform::HalfPixel,
+            &[1.0, 1.2],
+        )
+        .resolve(&[3, 2], &mut NoHost)
+        .unwrap();
+        assert!(a.axes.is_empty());
+    }
+
+    #[test]
+    fn cubic_coefficients_and_exclude_outside() {
+        let c = cubic_coeffs(0.0, -0.75);
+        assert_eq!(c, [0.0, 1.0, 0.0, 0.0]);
+        let c = cubic_coeffs(0.5, -0.75);
+        assert!((c.iter().sum::<f32>() - 1.0).abs() < 1e-6);
+        assert_eq!(c[0], c[3]);
+        let mode = InterpMode::Cubic {
+            a: -0.5,
+            exclude_outside: true,
+        };
+        let a = spec(
+            mode,
+            CoordinateTransform::AlignCorners,
+            &[1.0, 1.0, 2.0, 2.0],
+        )
+        .resolve(&[1, 1, 3, 3], &mut NoHost)
+        .unwrap();
+        assert!(a.separable);
+        let (outer, inner) = (&a.axes[0], &a.axes[1]);
+        // Position 0: coordinate 0, taps -1..2 clamped; tap -1 excluded.
+        assert_eq!(inner.taps[0].0[0], 0);
+        assert_eq!(inner.taps[0].1[0], 0.0);
+        assert!(inner.divisor.is_none());
+        assert!(outer.divisor.is_some());
+        let total: f32 = inner.taps.iter().map(|t| t.1[1]).sum();
+        assert!((total - 1.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn coordinate_modes() {
+        use CoordinateTransform::*;
+        let f = |ct, o| source_coordinate(Some(ct), o, 2.0, 8.0, 4.0, 0.0, 1.0);
+        assert_eq!(f(Asymmetric, 3.0), 1.5);
+        assert_eq!(f(HalfPixel, 0.0), -0.25);
+        assert_eq!(f(PytorchHalfPixel, 0.0), -0.25);
+        assert_eq!(f(AlignCorners, 7.0), 3.0);
+        assert_eq!(f(TfHalfPixelForNearest, 1.0), 0.75);
+        assert_eq!(f(HalfPixelSymmetric, 0.0), -0.25);
+        assert_eq!(
+            source_coordinate(Some(PytorchHalfPixel), 0.0, 0.25, 1.0, 4.0, 0.0, 1.0),
+            0.0
+        );
+        // tf_crop_and_resize: roi 0.25..0.75 of a 5-long axis onto 3 outputs: 1, 2, 3.
+        let c = |o| source_coordinate(None, o, 0.6, 3.0, 5.0, 0.25, 0.75);
+        assert_eq!((c(0.0), c(1.0), c(2.0)), (1.0, 2.0, 3.0));
+    }
+}

@@ -1,0 +1,302 @@
+//! The MLX calls of the steps that com.microsoft transformer ops lower to: the
+//! GroupQueryAttention cache, mask and positions (laid out by [`plan::gqa_layout`]) and
+//! attention with a soft cap or sinks.
+
+use mlx::{Array, Dtype, Stream, fast, ops};
+use plan::{GqaLayout, HostReader, ShapeSource, Slot, gqa_layout};
+
+use crate::RuntimeError;
+
+fn err(e: impl std::fmt::Display) -> RuntimeError {
+    RuntimeError(e.to_string())
+}
+
+/// The layout of a GroupQueryAttention run: `new` is `[B, H, S, D]`, `past` `[B, H, M, D]`.
+pub(crate) fn layout(
+    host: &mut dyn HostReader,
+    seqlens: Slot,
+    total: &ShapeSource,
+    new_shape: &[i32],
+    past_shape: Option<&[i32]>,
+) -> Result<GqaLayout, RuntimeError> {
+    let seqlens = host.ints(seqlens).map_err(err)?;
+    let total = total.get(host).map_err(err)?;
+    let total = *total
+        .first()
+        .ok_or_else(|| err("GroupQueryAttention: total_sequence_length is empty"))?;
+    if new_shape.len() != 4 || past_shape.is_some_and(|p| p.len() != 4) {
+        return Err(err("GroupQueryAttention: keys and caches must be 4-D"));
+    }
+    gqa_layout(
+        new_shape[0] as i64,
+        new_shape[2] as i64,
+        past_shape.map(|p| p[2] as i64),
+        &seqlens,
+        total,
+    )
+    .map_err(err)
+}
+
+fn slice_seq(a: &Array, b: Option<i32>, start: i32, stop: i32, s: &Stream) -> mlx::Result<Array> {
+    let shape = a.shape();
+    let (b0, b1) = match b {
+        Some(b) => (b, b + 1),
+        None => (0, shape[0]),
+    };
+    ops::slice(
+        a,
+        &[b0, 0, start, 0],
+        &[b1, shape[1], stop, shape[3]],
+        &[1, 1, 1, 1],
+        s,
+    )
+}
+
+/// One sequence (`b`) or all (`None`, uniform offset): `past[:, :, :off]`, `new`, zeros.
+fn cache_rows(
+    past: Option<&Array>,
+    new: &Array,
+    b: Option<i32>,
+    off: i64,
+    present_len: i64,
+    s: &Stream,
+) -> mlx::Result<Array> {
+    let ns = new.shape();
+    let mut parts = Vec::with_capacity(3);
+    if off > 0 {
+        let p = past.ok_or_else(|| mlx::Error::new("GroupQueryAttention: no past cache"))?;
+        parts.push(slice_seq(p, b, 0, off as i32, s)?);
+    }
+    parts.push(match b {
+        Some(b) => slice_seq(new, Some(b), 0, ns[2], s)?,
+        None => new.clone(),
+    });
+    let tail = present_len - off - ns[2] as i64;
+    if tail > 0 {
+        let rows = if b.is_some() { 1 } else { ns[0] };
+        parts.push(ops::zeros(
+            &[rows, ns[1], tail as i32, ns[3]],
+            new.dtype(),
+            s,
+        )?);
+    }
+    if parts.len() == 1 {
+        return Ok(parts.pop().expect("one part"));
+    }
+    let refs: Vec<&Array> = parts.iter().collect();
+    ops::concatenate(&refs, 2, s)
+}
+
+/// The present cache (see `Step::KvCache`).
+pub(crate) fn kv_cache(
+    past: Option<&Array>,
+    new: &Array,
+    l: &GqaLayout,
+    s: &Stream,
+) -> Result<Array, RuntimeError> {
+    if let Some(off) = l.uniform_offset() {
+        return cache_rows(past, new, None, off, l.present_len, s).map_err(err);
+    }
+    let rows = l
+        .offsets
+        .iter()
+        .enumerate()
+        .map(|(b, &off)| cache_rows(past, new, Some(b as i32), off, l.present_len, s))
+        .collect::<mlx::Result<Vec<_>>>()
+        .map_err(err)?;
+    let refs: Vec<&Array> = rows.iter().collect();
+    ops::concatenate(&refs, 0, s).map_err(err)
+}
+
+/// The mask (see `Step::GqaMask`).
+pub(crate) fn gqa_mask(
+    l: &GqaLayout,
+    window: i64,
+    bias: Option<&Array>,
+    s: &Stream,
+) -> Result<Array, RuntimeError> {
+    let keep: Vec<u8> = l.mask(window).into_iter().map(u8::from).collect();
+    let shape = [l.batch as i32, 1, l.seq as i32, l.present_len as i32];
+    let keep = Array::from_bytes(&keep, &shape, Dtype::Bool).map_err(err)?;
+    let Some(bias) = bias else {
+        return Ok(keep);
+    };
+    let bs = bias.shape();
+    let t = *bs.last().ok_or_else(|| err("attention_bias is a scalar"))? as i64;
+    let bias = if t < l.present_len {
+        let zero = ops::astype(&Array::scalar_f32(0.0), bias.dtype(), s).map_err(err)?;
+        let last = bs.len() as i32 - 1;
+        ops::pad(
+            bias,
+            &[last],
+            &[0],
+            &[(l.present_len - t) as i32],
+            &zero,
+            "constant",
+            s,
+        )
+        .map_err(err)?
+    } else {
+        bias.clone()
+    };
+    let ninf = ops::astype(&Array::scalar_f32(f32::NEG_INFINITY), bias.dtype(), s).map_err(err)?;
+    ops::where_(&keep, &bias, &ninf, s).map_err(err)
+}
+
+/// Rotary positions `[B, S]` (see `Step::GqaPositions`).
+pub(crate) fn gqa_positions(
+    l: &GqaLayout,
+    position_ids: Option<&[i64]>,
+) -> Result<Array, RuntimeError> {
+    let pos = l.positions(position_ids).map_err(err)?;
+    Array::from_slice(&pos, &[l.batch as i32, l.seq as i32]).map_err(err)
+}
+
+/// The causal keep-mask `[S, T]`, aligned to the bottom-right.
+fn causal_keep(q_len: i32, k_len: i32, s: &Stream) -> mlx::Result<Array> {
+    let rows = ops::arange((k_len - q_len) as f64, k_len as f64, 1.0, Dtype::Int32, s)?;
+    let rows = ops::reshape(&rows, &[q_len, 1], s)?;
+    let cols = ops::arange(0.0, k_len as f64, 1.0, Dtype::Int32, s)?;
+    ops::less_equal(&cols, &rows, s)
+}
+
+/// Attention with a soft cap, sinks and causal-plus-array masks (see `Step::AttentionEx`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attention_ex(
+    q: &Array,
+    k: &Array,
+    v: &Array,
+    mask: Option<&Array>,
+    causal: bool,
+    sinks: Option<&Array>,
+    scale: f32,
+    softcap: f32,
+    s: &Stream,
+) -> Result<Array, RuntimeError> {
+    let (qs, ks) = (q.shape(), k.shape());
+    if qs.len() != 4 || ks.len() != 4 {
+        return Err(err("attention inputs must be 4-D"));
+    }
+    // Fold a causal mask into an array mask when both are given.
+    let combined;
+    let mask = match (causal, mask) {
+        (true, Some(m)) => {
+            let keep = causal_keep(qs[2], ks[2], s).map_err(err)?;
+            combined = if m.dtype() == Dtype::Bool {
+                ops::logical_and(m, &keep, s).map_err(err)?
+            } else {
+                let ninf = ops::astype(&Array::scalar_f32(f32::NEG_INFINITY), m.dtype(), s)
+                    .map_err(err)?;
+                ops::where_(&keep, m, &ninf, s).map_err(err)?
+            };
+            fast::AttentionMask::Array(&combined)
+        }
+        (true, None) => fast::AttentionMask::Causal,
+        (false, Some(m)) => fast::AttentionMask::Array(m),
+        (false, None) => fast::AttentionMask::None,
+    };
+    if softcap <= 0.0 {
+        return fast::scaled_dot_product_attention_sinks(q, k, v, scale, mask, sinks, s)
+            .map_err(err);
+    }
+    softcapped(q, k, v, mask, sinks, scale, softcap, s).map_err(err)
+}
+
+/// Step-by-step attention with `softcap * tanh(scores / softcap)`.
+#[allow(clippy::too_many_arguments)]
+fn softcapped(
+    q: &Array,
+    k: &Array,
+    v: &Array,
+    mask: fast::AttentionMask<'_>,
+    sinks: Option<&Array>,
+    scale: f32,
+    softcap: f32,
+    s: &Stream,
+) -> mlx::Result<Array> {
+    let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
+    let (b, hq, sq, d) = (qs[0], qs[1], qs[2], qs[3]);
+    let (hkv, t) = (ks[1], ks[2]);
+    if hkv == 0 || hq % hkv != 0 {
+        return Err(mlx::Error::new(
+            "query heads must be a multiple of key heads",
+        ));
+    }
+    let g = hq / hkv;
+    let dt = q.dtype();
+    let scalar = |v: f32| ops::astype(&Array::scalar_f32(v), dt, s);
+    // [B, Hkv, G, S, D] x [B, Hkv, 1, D, T] -> [B, Hkv, G, S, T]
+    let qg = ops::reshape(q, &[b, hkv, g, sq, d], s)?;
+    let kt = ops::transpose_axes(k, &[0, 1, 3, 2], s)?;
+    let kt = ops::expand_dims_axes(&kt, &[2], s)?;
+    let scores = ops::matmul(&qg, &kt, s)?;
+    let scores = ops::multiply(&scores, &scalar(scale)?, s)?;
+    let cap = scalar(softcap)?;
+    let scores = ops::multiply(&ops::tanh(&ops::divide(&scores, &cap, s)?, s)?, &cap, s)?;
+    let grouped = |m: &Array| -> mlx::Result<Array> {
+        // [Bm, Hm, S, T] with Hm in {1, Hq} -> [Bm, Hm/G or 1, G or 1, S, T]
+        let ms = m.shape();
+        let (mb, mh) = (ms[0], ms[1]);
+        if mh == 1 {
+            ops::reshape(m, &[mb, 1, 1, ms[2], ms[3]], s)
+        } else {
+            ops::reshape(m, &[mb, hkv, g, ms[2], ms[3]], s)
+        }
+    };
+    let ninf = scalar(f32::NEG_INFINITY)?;
+    let scores = match mask {
+        fast::AttentionMask::None => scores,
+        fast::AttentionMask::Causal => {
+            let keep = causal_keep(sq, t, s)?;
+            ops::where_(&keep, &scores, &ninf, s)?
+        }
+        fast::AttentionMask::Array(m) => {
+            let m = if m.ndim() == 4 {
+                grouped(m)?
+            } else {
+                m.clone()
+            };
+            if m.dtype() == Dtype::Bool {
+                ops::where_(&m, &scores, &ninf, s)?
+            } else {
+                ops::add(&scores, &m, s)?
+            }
+        }
+    };
+    let probs = match sinks {
+        Some(sk) => {
+            // One extra column holding each head's sink logit, dropped after the softmax.
+            let sk = ops::astype(sk, dt, s)?;
+            let sk = ops::reshape(&sk, &[1, hkv, g, 1, 1], s)?;
+            let sk = ops::broadcast_to(&sk, &[b, hkv, g, sq, 1], s)?;
+            let ext = ops::concatenate(&[&scores, &sk], 4, s)?;
+            let p = ops::softmax_axes(&ext, &[4], true, s)?;
+            ops::slice(
+                &p,
+                &[0, 0, 0, 0, 0],
+                &[b, hkv, g, sq, t],
+                &[1, 1, 1, 1, 1],
+                s,
+            )?
+        }
+        None => ops::softmax_axes(&scores, &[4], true, s)?,
+    };
+    let vg = ops::expand_dims_axes(v, &[2], s)?;
+    let out = ops::matmul(&probs, &vg, s)?;
+    ops::reshape(&out, &[b, hq, sq, vs[3]], s)
+}
+
+/// Device-specific rewrites of a plan before its constants are made: on the CPU stream,
+/// quantized matmuls over constant weights become float matmuls over weights dequantized
+/// once (MLX's CPU quantized matmul is scalar code; BLAS is far faster at the cost of float
+/// weights in memory). `ORTMLX_CPU_QUANTIZED_MATMUL=1` keeps MLX's quantized matmul.
+pub(crate) fn prepare_plan(mut plan: plan::Plan, on_gpu: bool) -> plan::Plan {
+    let keep = std::env::var("ORTMLX_CPU_QUANTIZED_MATMUL").is_ok_and(|v| v == "1");
+    if !on_gpu && !keep {
+        let n = plan::quantized::dequantize_quantized_matmuls(&mut plan);
+        if n > 0 {
+            log::debug!("{n} quantized matmul(s) dequantized for the CPU stream");
+        }
+    }
+    plan
+}

@@ -1,0 +1,172 @@
+"""The hostile-model suite: malformed, inconsistent, huge and odd models and feeds
+(``hostile_cases.py``) must each end in a correct result or a clear error, never in a crash,
+a hang or a wrong answer, and a valid session must still work afterwards.
+
+The cases run in worker subprocesses (``hostile_worker.py``), many per process for speed. A
+case that kills its worker (a signal, an abort, an exit) or hangs is reported as that case's
+failure with the worker's last stderr lines, and a new worker takes the remaining cases.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import onnxruntime as ort
+import pytest
+
+from conftest import LIBRARY_VAR, mlx_ep_devices
+from hostile_cases import CASES
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "hostile_worker.py")
+#: seconds one case may take before it counts as a hang
+CASE_TIMEOUT = float(os.environ.get("ORTMLX_HOSTILE_TIMEOUT", "120"))
+
+
+def _describe_exit(rc: int) -> str:
+    if rc < 0:
+        try:
+            return f"killed by {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"killed by signal {-rc}"
+    return f"exited with status {rc}"
+
+
+def _tail(path: str, n: int = 15) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return ""
+    return "\n".join(lines[-n:])
+
+
+def run_cases(names: list[str]) -> dict[str, tuple[bool, str]]:
+    """Runs the named cases in worker processes; returns name -> (passed, detail)."""
+    results: dict[str, tuple[bool, str]] = {}
+    remaining = list(names)
+    env = dict(os.environ)
+    env.setdefault("ORTMLX_LOG", "error")
+    with tempfile.TemporaryDirectory(prefix="ortmlx-hostile-") as tmp:
+        round_ = 0
+        while remaining:
+            round_ += 1
+            out = os.path.join(tmp, f"results{round_}.jsonl")
+            err = os.path.join(tmp, f"stderr{round_}.txt")
+            with open(err, "wb") as err_file:
+                proc = subprocess.Popen([sys.executable, WORKER, out, *remaining], stdout=subprocess.DEVNULL, stderr=err_file, env=env, cwd=HERE)
+                current, started, seen = None, time.monotonic(), 0
+                hung = False
+                while proc.poll() is None:
+                    time.sleep(0.05)
+                    records = _read(out)
+                    if len(records) != seen:
+                        seen = len(records)
+                        last = records[-1]
+                        current = last["case"] if last["event"] == "start" else None
+                        started = time.monotonic()
+                    if current is not None and time.monotonic() - started > CASE_TIMEOUT:
+                        proc.kill()
+                        proc.wait()
+                        hung = True
+                        break
+            records = _read(out)
+            done = set()
+            for r in records:
+                if r["event"] == "done":
+                    results[r["case"]] = (r["ok"], r["detail"])
+                    done.add(r["case"])
+            started_cases = [r["case"] for r in records if r["event"] == "start"]
+            crashed = [c for c in started_cases if c not in done]
+            if crashed:
+                c = crashed[-1]
+                why = f"hung for more than {CASE_TIMEOUT:.0f} s" if hung else f"the process {_describe_exit(proc.returncode)}"
+                own = None if hung else _cpu_ep_crash(c, env)
+                if own is not None:
+                    results[c] = (SKIPPED, f"ORT's own CPU EP {own} on this case without the MLX EP (an ONNX Runtime {ort.__version__} bug)")
+                else:
+                    results[c] = (False, f"{why} during this case; stderr tail:\n{_tail(err)}")
+                done.add(c)
+            elif proc.returncode != 0 and not done:
+                # The worker died before starting any case: report it on the first one.
+                results[remaining[0]] = (False, f"the worker {_describe_exit(proc.returncode)} before the case started:\n{_tail(err)}")
+                done.add(remaining[0])
+            remaining = [c for c in remaining if c not in done]
+    return results
+
+
+#: result marker of a case ORT's CPU EP can't survive by itself
+SKIPPED = "skipped"
+
+
+def _cpu_ep_crash(name: str, env: dict) -> str | None:
+    """How the case ends on ORT's CPU EP alone, when that kills the process too."""
+    try:
+        proc = subprocess.run([sys.executable, WORKER, "--cpu-only", name], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=HERE, timeout=CASE_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return None
+    return _describe_exit(proc.returncode) if proc.returncode != 0 else None
+
+
+def _read(path: str) -> list[dict]:
+    try:
+        with open(path) as f:
+            text = f.read()
+    except FileNotFoundError:
+        return []
+    records = []
+    for line in text.splitlines():
+        if line.endswith("}"):
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                pass
+    return records
+
+
+def _selected_cases(session) -> list[str]:
+    names = []
+    for item in session.items:
+        callspec = getattr(item, "callspec", None)
+        if item.originalname == "test_hostile_case" and callspec is not None:
+            names.append(callspec.params["name"])
+    return names
+
+
+@pytest.fixture(scope="module")
+def hostile_results(request):
+    mlx_ep_devices()  # fail early and clearly when the library is not configured
+    assert os.environ.get(LIBRARY_VAR)
+    names = _selected_cases(request.session) or sorted(CASES)
+    results = run_cases(names)
+    tried = [r for r in results.values() if r[0] != SKIPPED]
+    crashed = sum(1 for ok, detail in tried if not ok and ("the process" in detail or "hung" in detail))
+    passed = sum(1 for ok, _ in tried if ok is True)
+    skipped = len(results) - len(tried)
+    summary = (
+        f"hostile cases (onnxruntime {ort.__version__}): {len(tried)} tried, {len(tried) - crashed} survived, "
+        f"{passed} passed; {skipped} skipped (ORT's CPU EP crashes on them by itself)"
+    )
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line("")
+        reporter.write_line(summary)
+    return results
+
+
+def test_there_are_enough_cases():
+    assert len(CASES) >= 40
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_hostile_case(name, hostile_results):
+    ok, detail = hostile_results[name]
+    if ok == SKIPPED:
+        pytest.skip(detail)
+    assert ok, detail

@@ -1,0 +1,628 @@
+"""More ops, one tiny graph per op and variant, run on the MLX EP and on ORT's CPU EP: outputs
+compared (float32 within rtol = atol = 1e-4 unless a case says otherwise, integers and booleans
+exactly, same dtype and shape) and the op's node asserted to have run on MLX. Forms the EP
+declines are asserted to stay on the CPU EP.
+
+Covers ConvTranspose, Resize linear / cubic (and Resize-10 / Upsample), TopK, Einsum,
+ScatterND / ScatterElements / Scatter, GatherND, DepthToSpace / SpaceToDepth, Hardmax,
+LpNormalization, MeanVarianceNormalization, LpPool / GlobalLpPool, MaxUnpool, OneHot,
+Compress, NonZero, ReverseSequence, Trilu with a run-time k, EyeLike, Shrink and float Mod.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from conftest import assert_on_cpu, check_against_cpu, make_session, run
+from models import graph_model, node_model
+
+
+def rng(seed: int = 0) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+def randn(*shape, seed: int = 0, scale: float = 1.0) -> np.ndarray:
+    return np.asarray(rng(seed).standard_normal(shape) * scale, dtype=np.float32)
+
+
+def randint(*shape, low: int = -20, high: int = 20, seed: int = 0) -> np.ndarray:
+    return np.asarray(rng(seed).integers(low, high + 1, size=shape, dtype=np.int64))
+
+
+def ids(params) -> list[str]:
+    return [p[0] for p in params]
+
+
+def typed_model(nodes, feeds, outputs, consts=None, opset=17):
+    """A model whose output types are declared here (for outputs ONNX shape inference cannot
+    type): ``outputs`` maps names to (element type, shape with symbolic dims allowed)."""
+    graph = helper.make_graph(
+        list(nodes),
+        "g",
+        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape) for n, a in feeds.items()],
+        [helper.make_tensor_value_info(n, t, shape) for n, (t, shape) in outputs.items()],
+        initializer=[numpy_helper.from_array(np.asarray(a), n) for n, a in (consts or {}).items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+def stays_on_cpu(model, feeds, op_type):
+    """The EP declines the node: it runs on the CPU EP (and the session still works)."""
+    session = make_session(model, mlx=True)
+    run(session, feeds)
+    assert_on_cpu(session, [op_type])
+
+
+# ---------------------------------------------------------------------------
+# ConvTranspose
+
+CONV_TRANSPOSE = [
+    # name, x shape, w shape, attrs, bias
+    ("2d-basic", (1, 2, 4, 4), (2, 3, 3, 3), {}, True),
+    ("2d-stride2-output-padding", (2, 3, 5, 4), (3, 2, 3, 3), dict(strides=[2, 2], output_padding=[1, 0]), True),
+    ("2d-pads", (1, 2, 5, 5), (2, 2, 3, 3), dict(strides=[2, 2], pads=[1, 0, 2, 1]), False),
+    ("2d-pads-beyond-kernel", (1, 1, 8, 8), (1, 2, 2, 2), dict(pads=[3, 2, 1, 3]), True),
+    ("2d-same-upper", (1, 2, 3, 3), (2, 2, 3, 3), dict(strides=[2, 2], auto_pad="SAME_UPPER"), False),
+    ("2d-same-lower", (1, 2, 3, 3), (2, 2, 3, 3), dict(strides=[2, 2], auto_pad="SAME_LOWER"), False),
+    ("2d-output-shape-odd", (1, 1, 3, 3), (1, 1, 3, 3), dict(strides=[2, 2], output_shape=[4, 6]), False),
+    ("2d-output-shape-same-upper", (1, 1, 3, 3), (1, 1, 3, 3), dict(strides=[2, 2], output_shape=[4, 4], auto_pad="SAME_UPPER"), False),
+    ("2d-output-shape-larger", (1, 1, 3, 3), (1, 1, 3, 3), dict(strides=[2, 2], output_shape=[8, 8]), True),
+    ("2d-output-shape-mixed", (1, 1, 3, 3), (1, 2, 3, 3), dict(strides=[3, 2], output_shape=[10, 6]), False),
+    ("2d-dilations", (1, 2, 4, 4), (2, 2, 3, 2), dict(dilations=[2, 3], strides=[1, 2]), True),
+    ("2d-group2", (2, 4, 4, 3), (4, 3, 3, 3), dict(group=2, strides=[2, 1]), True),
+    ("2d-depthwise", (1, 3, 5, 5), (3, 1, 3, 3), dict(group=3, strides=[2, 2], pads=[1, 1, 1, 1]), True),
+    ("2d-kernel-shape-attr", (1, 2, 3, 4), (2, 2, 2, 3), dict(kernel_shape=[2, 3]), False),
+    ("1d", (2, 3, 7), (3, 4, 3), dict(strides=[3], pads=[1, 2]), True),
+    ("3d", (1, 2, 3, 4, 3), (2, 2, 2, 3, 2), dict(strides=[2, 1, 2]), True),
+]
+
+
+@pytest.mark.parametrize("case", CONV_TRANSPOSE, ids=ids(CONV_TRANSPOSE))
+def test_conv_transpose(case):
+    _, xs, ws, attrs, bias = case
+    x, w = randn(*xs, seed=1), randn(*ws, seed=2)
+    consts = {"W": w}
+    if bias:
+        consts["B"] = randn(ws[1] * attrs.get("group", 1), seed=3)
+    model = node_model("ConvTranspose", {"X": x}, consts=consts, attrs=attrs)
+    check_against_cpu(model, {"X": x}, ["ConvTranspose"])
+
+
+def test_conv_transpose_weight_input_and_symbolic_dims():
+    """The weight as a graph input (regrouped by steps) and an input of symbolic dims."""
+    x, w = randn(2, 4, 5, 6, seed=1), randn(4, 3, 3, 3, seed=2)
+    model = node_model("ConvTranspose", {"X": x, "W": w}, attrs=dict(group=2, strides=[2, 2], pads=[1, 0, 0, 1]), symbolic=["X"])
+    check_against_cpu(model, {"X": x, "W": w}, ["ConvTranspose"])
+    x2 = randn(1, 4, 3, 7, seed=4)
+    session = make_session(model, mlx=True)
+    expected = run(make_session(model, mlx=False), {"X": x2, "W": w})
+    np.testing.assert_allclose(run(session, {"X": x2, "W": w})[0], expected[0], rtol=1e-4, atol=1e-4)
+
+
+def test_conv_transpose_declines_a_weight_of_unknown_shape():
+    x, w = randn(1, 2, 4, 4, seed=1), randn(2, 2, 3, 3, seed=2)
+    node = helper.make_node("ConvTranspose", ["X", "W"], ["Y"], name="convtranspose_0")
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, x.shape), helper.make_tensor_value_info("W", TensorProto.FLOAT, ["c", "m", "kh", "kw"])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["n", "o", "h", "w"])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    stays_on_cpu(model, {"X": x, "W": w}, "ConvTranspose")
+
+
+# ---------------------------------------------------------------------------
+# Resize linear / cubic
+
+RESIZE_INTERP = [
+    # name, shape, mode, attrs, scales, sizes
+    ("linear-half-pixel-up", (1, 2, 4, 5), "linear", {}, [1, 1, 2, 1.5], None),
+    ("linear-half-pixel-down", (1, 1, 8, 7), "linear", {}, [1, 1, 0.5, 0.6], None),
+    ("linear-align-corners", (2, 1, 4, 4), "linear", dict(coordinate_transformation_mode="align_corners"), [1, 1, 1.5, 2], None),
+    ("linear-asymmetric", (1, 2, 3, 5), "linear", dict(coordinate_transformation_mode="asymmetric"), [1, 1, 3, 0.8], None),
+    ("linear-pytorch-half-pixel-to-1", (1, 1, 4, 6), "linear", dict(coordinate_transformation_mode="pytorch_half_pixel"), None, [1, 1, 1, 3]),
+    ("linear-half-pixel-symmetric", (1, 1, 5, 4), "linear", dict(coordinate_transformation_mode="half_pixel_symmetric"), [1, 1, 1.7, 2.3], None),
+    ("linear-sizes", (1, 3, 6, 6), "linear", {}, None, [1, 3, 4, 9]),
+    ("linear-nhwc", (1, 4, 5, 3), "linear", {}, [1, 2, 0.75, 1], None),
+    ("linear-2d", (5, 6), "linear", {}, [1.5, 0.5], None),
+    ("linear-3d-trilinear", (3, 4, 5), "linear", {}, [2, 1, 0.5], None),
+    ("linear-5d", (1, 2, 3, 4, 4), "linear", dict(coordinate_transformation_mode="align_corners"), [1, 1, 2, 1.5, 0.5], None),
+    ("linear-scale-1-on-h", (1, 1, 4, 4), "linear", {}, [1, 1, 1, 2], None),
+    ("cubic-half-pixel", (1, 2, 6, 5), "cubic", {}, [1, 1, 2, 1.4], None),
+    ("cubic-down", (1, 1, 9, 8), "cubic", {}, [1, 1, 0.5, 0.7], None),
+    ("cubic-align-corners", (1, 1, 4, 4), "cubic", dict(coordinate_transformation_mode="align_corners"), [1, 1, 2, 2], None),
+    ("cubic-asymmetric-a-0.5", (1, 1, 5, 5), "cubic", dict(coordinate_transformation_mode="asymmetric", cubic_coeff_a=-0.5), [1, 1, 1.6, 2], None),
+    ("cubic-exclude-outside", (1, 2, 5, 6), "cubic", dict(exclude_outside=1), [1, 1, 1.5, 0.6], None),
+    ("cubic-2d-sizes", (6, 7), "cubic", dict(coordinate_transformation_mode="pytorch_half_pixel"), None, [11, 3]),
+]
+
+
+@pytest.mark.parametrize("case", RESIZE_INTERP, ids=ids(RESIZE_INTERP))
+def test_resize_interp(case):
+    _, shape, mode, attrs, scales, sizes = case
+    x = randn(*shape, seed=1, scale=3.0)
+    consts = {}
+    if sizes is not None:
+        consts["sizes"] = np.array(sizes, np.int64)
+        inputs = ["X", "", "", "sizes"]
+    else:
+        consts["scales"] = np.array(scales, np.float32)
+        inputs = ["X", "", "scales"]
+    model = node_model("Resize", {"X": x}, consts=consts, node_inputs=inputs, attrs=dict(mode=mode, **attrs), opset=19)
+    check_against_cpu(model, {"X": x}, ["Resize"])
+
+
+def test_resize_linear_axes_and_runtime_scales():
+    """Opset-18 axes, and scales fed as a graph input (read on the host at run time)."""
+    x = randn(1, 2, 5, 4, seed=2)
+    model = node_model("Resize", {"X": x}, consts={"scales": np.array([0.6, 2.5], np.float32)}, node_inputs=["X", "", "scales"], attrs=dict(mode="linear", axes=[3, 2]), opset=19)
+    check_against_cpu(model, {"X": x}, ["Resize"])
+    scales = np.array([1, 1, 1.25, 3], np.float32)
+    model = node_model("Resize", {"X": x, "scales": scales}, node_inputs=["X", "", "scales"], attrs=dict(mode="cubic"), opset=19)
+    check_against_cpu(model, {"X": x, "scales": scales}, ["Resize"])
+
+
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+def test_resize_tf_crop_and_resize(mode):
+    x = randn(1, 1, 6, 6, seed=3)
+    roi = np.array([0, 0, 0.1, 0.3, 1, 1, 0.9, 1.2], np.float32)
+    attrs = dict(mode=mode, coordinate_transformation_mode="tf_crop_and_resize", extrapolation_value=-7.5)
+    model = node_model("Resize", {"X": x}, consts={"roi": roi, "sizes": np.array([1, 1, 4, 5], np.int64)}, node_inputs=["X", "roi", "", "sizes"], attrs=attrs, opset=19)
+    check_against_cpu(model, {"X": x}, ["Resize"])
+
+
+def test_resize_inf_and_nan_propagate_as_in_ort():
+    x = randn(1, 1, 4, 4, seed=4)
+    x[0, 0, 1, 2] = np.inf
+    x[0, 0, 3, 0] = np.nan
+    for mode in ("linear", "cubic"):
+        model = node_model("Resize", {"X": x}, consts={"scales": np.array([1, 1, 1.5, 2], np.float32)}, node_inputs=["X", "", "scales"], attrs=dict(mode=mode), opset=19)
+        check_against_cpu(model, {"X": x}, ["Resize"])
+
+
+def test_resize_output_size_is_a_float32_product():
+    """ORT truncates float32 `scale * dim` (0.7 * 10 -> 7); nearest and linear agree."""
+    x = randn(1, 1, 3, 10, seed=5)
+    for mode in ("nearest", "linear"):
+        model = node_model("Resize", {"X": x}, consts={"scales": np.array([1, 1, 1, 0.7], np.float32)}, node_inputs=["X", "", "scales"], attrs=dict(mode=mode), opset=19)
+        (out,) = check_against_cpu(model, {"X": x}, ["Resize"])
+        assert out.shape == (1, 1, 3, 7)
+
+
+def test_resize_equal_sizes_copy():
+    """Output dims equal to the input's: ORT copies whatever the scales say."""
+    x = randn(1, 1, 2, 3, seed=6)
+    for mode in ("nearest", "linear"):
+        model = node_model("Resize", {"X": x}, consts={"scales": np.array([1, 1, 1.4, 1.2], np.float32)}, node_inputs=["X", "", "scales"], attrs=dict(mode=mode, coordinate_transformation_mode="asymmetric"), opset=19)
+        (out,) = check_against_cpu(model, {"X": x}, ["Resize"])
+        np.testing.assert_array_equal(out, x)
+
+
+@pytest.mark.parametrize(
+    "attrs,scales",
+    [
+        (dict(mode="linear", antialias=1), [1, 1, 0.5, 0.5]),
+        (dict(mode="linear", keep_aspect_ratio_policy="not_larger"), None),
+    ],
+    ids=["antialias", "not-larger"],
+)
+def test_resize_interp_declines(attrs, scales):
+    x = randn(1, 2, 4, 4, seed=7)
+    if scales is None:
+        model = node_model("Resize", {"X": x}, consts={"sizes": np.array([3, 3], np.int64)}, node_inputs=["X", "", "", "sizes"], attrs=dict(axes=[2, 3], **attrs), opset=19)
+    else:
+        model = node_model("Resize", {"X": x}, consts={"scales": np.array(scales, np.float32)}, node_inputs=["X", "", "scales"], attrs=attrs, opset=19)
+    stays_on_cpu(model, {"X": x}, "Resize")
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_upsample_and_resize_10(mode):
+    x = randn(1, 2, 3, 4, seed=8)
+    scales = np.array([1, 1, 2, 1.5], np.float32)
+    model = node_model("Upsample", {"X": x}, consts={"scales": scales}, attrs=dict(mode=mode), opset=9)
+    check_against_cpu(model, {"X": x}, ["Upsample"])
+    model = node_model("Upsample", {"X": x}, attrs=dict(mode=mode, scales=[1.0, 1.0, 3.0, 2.0]), opset=7)
+    check_against_cpu(model, {"X": x}, ["Upsample"])
+    model = node_model("Resize", {"X": x}, consts={"scales": np.array([1, 1, 0.67, 0.5], np.float32)}, attrs=dict(mode=mode), opset=10)
+    check_against_cpu(model, {"X": x}, ["Resize"])
+
+
+def test_upsample_nearest_runtime_scales():
+    x = randn(1, 1, 2, 3, seed=9)
+    scales = np.array([1, 1, 2, 3], np.float32)
+    model = node_model("Upsample", {"X": x, "scales": scales}, attrs=dict(mode="nearest"), opset=9)
+    check_against_cpu(model, {"X": x, "scales": scales}, ["Upsample"])
+
+
+# ---------------------------------------------------------------------------
+# TopK
+
+TOPK = [
+    # name, data, k, attrs
+    ("largest-last-axis", randn(3, 7, seed=1), 3, {}),
+    ("smallest-axis0", randn(6, 4, seed=2), 2, dict(axis=0, largest=0)),
+    ("negative-axis-3d", randn(2, 5, 3, seed=3), 4, dict(axis=-2)),
+    ("ties-largest", np.array([[1, 3, 3, 2, 3, 1], [0, 0, 0, 0, 0, 0]], np.float32), 4, {}),
+    ("ties-smallest", np.array([[1, 3, 3, 2, 3, 1, 1]], np.float32), 5, dict(largest=0)),
+    ("int64", randint(4, 9, low=-3, high=3), 5, {}),
+    ("int32-smallest", randint(3, 6, low=-4, high=4).astype(np.int32), 3, dict(largest=0)),
+    ("int32-largest-ties", randint(2, 8, low=0, high=3).astype(np.int32), 5, {}),
+    ("k-equals-dim", randn(2, 5, seed=4), 5, {}),
+    ("signed-zeros", np.array([[0.0, -0.0, 1.0, -0.0, 0.0]], np.float32), 3, {}),
+]
+
+
+@pytest.mark.parametrize("case", TOPK, ids=ids(TOPK))
+def test_topk(case):
+    _, data, k, attrs = case
+    model = node_model("TopK", {"X": data}, consts={"K": np.array([k], np.int64)}, attrs=attrs, n_outputs=2)
+    check_against_cpu(model, {"X": data}, ["TopK"])
+
+
+def test_topk_runtime_k_and_old_opsets():
+    x = randn(4, 10, seed=5)
+    k = np.array([6], np.int64)
+    model = node_model("TopK", {"X": x, "K": k}, n_outputs=2)
+    check_against_cpu(model, {"X": x, "K": k}, ["TopK"])
+    model = node_model("TopK", {"X": x}, consts={"K": k}, n_outputs=2, opset=10)
+    check_against_cpu(model, {"X": x}, ["TopK"])
+    model = node_model("TopK", {"X": x}, attrs=dict(k=3, axis=0), n_outputs=2, opset=9)
+    check_against_cpu(model, {"X": x}, ["TopK"])
+
+
+def test_topk_unsorted_stays_on_cpu():
+    x = randn(3, 5, seed=6)
+    model = node_model("TopK", {"X": x}, consts={"K": np.array([2], np.int64)}, attrs=dict(sorted=0), n_outputs=2)
+    stays_on_cpu(model, {"X": x}, "TopK")
+
+
+# ---------------------------------------------------------------------------
+# Einsum
+
+EINSUM = [
+    # name, equation, shapes
+    ("matmul", "ij,jk->ik", [(3, 4), (4, 5)]),
+    ("batch-matmul", "bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]),
+    ("attention-scores", "bhqd,bhkd->bhqk", [(2, 3, 4, 8), (2, 3, 5, 8)]),
+    ("attention-values", "bhqk,bhkd->bqhd", [(2, 3, 4, 5), (2, 3, 5, 8)]),
+    ("linear", "bnd,dh->bnh", [(2, 3, 4), (4, 6)]),
+    ("outer", "i,j->ij", [(3,), (4,)]),
+    ("inner", "i,i", [(5,), (5,)]),
+    ("multi-contraction", "abcd,cdbe->ae", [(2, 3, 4, 5), (4, 5, 3, 6)]),
+    ("vector-matrix", "k,kn->n", [(4,), (4, 3)]),
+    ("matrix-vector", "mk,k->m", [(3, 4), (4,)]),
+    ("transpose", "ijk->kji", [(2, 3, 4)]),
+    ("sum-axis", "ij->i", [(3, 4)]),
+    ("sum-all", "ij->", [(3, 4)]),
+    ("trace", "ii->", [(4, 4)]),
+    ("diagonal", "ii->i", [(3, 3)]),
+    ("batch-diagonal", "...ii->...i", [(2, 3, 3)]),
+    ("implicit", "ij,jk", [(2, 3), (3, 4)]),
+    ("implicit-transposed", "ba", [(3, 2)]),
+    ("ellipsis-broadcast", "...ij,...jk->...ik", [(2, 1, 3, 4), (1, 5, 4, 2)]),
+    ("three-operands", "ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)]),
+    ("hadamard-sum", "ij,ij->i", [(3, 4), (3, 4)]),
+    ("repeated-across", "bi,bi,b->b", [(3, 4), (3, 4), (3,)]),
+    ("bilinear", "bn,anm,bm->ba", [(2, 3), (4, 3, 5), (2, 5)]),
+]
+
+
+@pytest.mark.parametrize("case", EINSUM, ids=ids(EINSUM))
+def test_einsum(case):
+    _, equation, shapes = case
+    feeds = {f"X{i}": randn(*s, seed=i + 1) for i, s in enumerate(shapes)}
+    model = node_model("Einsum", feeds, attrs=dict(equation=equation))
+    check_against_cpu(model, feeds, ["Einsum"])
+
+
+@pytest.mark.parametrize("equation,shapes", [("ij,jk->ik", [(3, 4), (4, 2)]), ("bi,bj->bij", [(2, 3), (2, 4)]), ("ii->", [(3, 3)])], ids=["matmul", "outer", "trace"])
+def test_einsum_int64(equation, shapes):
+    feeds = {f"X{i}": randint(*s, low=-9, high=9, seed=i) for i, s in enumerate(shapes)}
+    model = node_model("Einsum", feeds, attrs=dict(equation=equation))
+    check_against_cpu(model, feeds, ["Einsum"])
+
+
+def test_einsum_symbolic_dims():
+    """Multiple contracted dims merged by a reshape rule of run-time dims."""
+    a, b = randn(2, 3, 4, 5, seed=1), randn(4, 5, 3, 6, seed=2)
+    model = node_model("Einsum", {"A": a, "B": b}, attrs=dict(equation="abcd,cdbe->ae"), symbolic=True)
+    check_against_cpu(model, {"A": a, "B": b}, ["Einsum"])
+
+
+# ---------------------------------------------------------------------------
+# Scatter / gather
+
+SCATTER_ND = [
+    # name, data shape, indices, updates shape, reduction, opset
+    ("point-updates", (4, 5), [[0, 1], [3, 4], [-1, 0]], (3,), "none", 13),
+    ("row-updates", (4, 5), [[1], [-2]], (2, 5), "none", 13),
+    ("add-duplicates", (3, 4), [[0, 1], [0, 1], [2, 3]], (3,), "add", 16),
+    ("mul", (2, 3, 4), [[[0, 1]], [[1, 2]]], (2, 1, 4), "mul", 16),
+    ("max", (3, 4), [[0], [0], [2]], (3, 4), "max", 18),
+    ("min", (3, 4), [[0], [2], [2]], (3, 4), "min", 18),
+]
+
+
+@pytest.mark.parametrize("case", SCATTER_ND, ids=ids(SCATTER_ND))
+def test_scatter_nd(case):
+    _, shape, indices, ushape, reduction, opset = case
+    data, updates = randn(*shape, seed=1), randn(*ushape, seed=2)
+    indices = np.array(indices, np.int64)
+    attrs = {} if opset < 16 else dict(reduction=reduction)
+    model = node_model("ScatterND", {"data": data, "indices": indices, "updates": updates}, attrs=attrs, opset=opset)
+    check_against_cpu(model, {"data": data, "indices": indices, "updates": updates}, ["ScatterND"])
+
+
+def test_scatter_nd_int64_kv_cache_update():
+    """The KV-cache write of exported decoders: rows at run-time positions."""
+    cache = randint(1, 6, 4, low=0, high=9)
+    positions = np.array([[0, 2], [0, 5]], np.int64)
+    new = randint(2, 4, low=10, high=20, seed=3)
+    model = node_model("ScatterND", {"cache": cache, "positions": positions, "new": new})
+    check_against_cpu(model, {"cache": cache, "positions": positions, "new": new}, ["ScatterND"])
+
+
+SCATTER_ELEMENTS = [
+    # name, data shape, indices, axis, reduction, opset
+    ("axis0", (3, 3), [[1, 0, 2], [0, 2, 1]], 0, "none", 13),
+    ("axis1-negative-indices", (2, 5), [[-1, 1], [0, -5]], 1, "none", 13),
+    ("add-duplicates", (2, 4), [[1, 1, 3], [0, 0, 0]], 1, "add", 16),
+    ("mul", (3, 2, 2), [[[0, 1]], [[2, 0]]], 0, "mul", 16),
+    ("max", (2, 5), [[1, 1], [4, 4]], -1, "max", 18),
+    ("min", (2, 5), [[1, 1], [4, 4]], 1, "min", 18),
+]
+
+
+@pytest.mark.parametrize("case", SCATTER_ELEMENTS, ids=ids(SCATTER_ELEMENTS))
+def test_scatter_elements(case):
+    _, shape, indices, axis, reduction, opset = case
+    indices = np.array(indices, np.int64)
+    data, updates = randn(*shape, seed=1), randn(*indices.shape, seed=2)
+    attrs = dict(axis=axis) if opset < 16 else dict(axis=axis, reduction=reduction)
+    model = node_model("ScatterElements", {"data": data, "indices": indices, "updates": updates}, attrs=attrs, opset=opset)
+    check_against_cpu(model, {"data": data, "indices": indices, "updates": updates}, ["ScatterElements"])
+
+
+def test_scatter_opset_10_int32_indices():
+    data, updates = randn(3, 4, seed=1), randn(2, 2, seed=2)
+    indices = np.array([[3, 0], [1, 2]], np.int32)
+    model = node_model("Scatter", {"data": data, "indices": indices, "updates": updates}, attrs=dict(axis=1), opset=10)
+    check_against_cpu(model, {"data": data, "indices": indices, "updates": updates}, ["Scatter"])
+
+
+GATHER_ND = [
+    # name, data, indices, batch_dims
+    ("points", randn(3, 4, seed=1), [[0, 1], [2, 3], [-1, -4]], 0),
+    ("rows", randn(3, 4, 2, seed=2), [[[1]], [[2]]], 0),
+    ("int32-data", randint(2, 3, 4).astype(np.int32), [[1, 2], [0, 0]], 0),
+    ("batch-dims-1", randn(2, 3, 4, seed=3), [[[1, 2], [0, 0]], [[2, 3], [1, 1]]], 1),
+    ("batch-dims-2", randn(2, 3, 4, 5, seed=4), np.array([1, 0, 3, 2, 3, 0], np.int64).reshape(2, 3, 1), 2),
+]
+
+
+@pytest.mark.parametrize("case", GATHER_ND, ids=ids(GATHER_ND))
+def test_gather_nd(case):
+    _, data, indices, batch_dims = case
+    indices = np.array(indices, np.int64)
+    model = node_model("GatherND", {"data": data, "indices": indices}, attrs=dict(batch_dims=batch_dims))
+    check_against_cpu(model, {"data": data, "indices": indices}, ["GatherND"])
+
+
+# ---------------------------------------------------------------------------
+# Layout
+
+@pytest.mark.parametrize("mode", ["DCR", "CRD"])
+@pytest.mark.parametrize("symbolic", [False, True], ids=["static", "symbolic"])
+def test_depth_to_space(mode, symbolic):
+    x = randn(2, 8, 3, 5, seed=1)
+    model = node_model("DepthToSpace", {"X": x}, attrs=dict(blocksize=2, mode=mode), symbolic=symbolic)
+    check_against_cpu(model, {"X": x}, ["DepthToSpace"])
+
+
+@pytest.mark.parametrize("symbolic", [False, True], ids=["static", "symbolic"])
+def test_space_to_depth(symbolic):
+    x = randn(2, 3, 6, 9, seed=2)
+    model = node_model("SpaceToDepth", {"X": x}, attrs=dict(blocksize=3), symbolic=symbolic)
+    check_against_cpu(model, {"X": x}, ["SpaceToDepth"])
+
+
+# ---------------------------------------------------------------------------
+# Normalisations
+
+@pytest.mark.parametrize("opset,axis", [(13, -1), (13, 0), (13, 1), (11, 1), (11, 0), (11, 2)])
+def test_hardmax(opset, axis):
+    x = np.round(randn(3, 4, 5, seed=3) * 2) / 2  # ties
+    model = node_model("Hardmax", {"X": x}, attrs=dict(axis=axis), opset=opset)
+    check_against_cpu(model, {"X": x}, ["Hardmax"])
+
+
+@pytest.mark.parametrize("p", [1, 2])
+@pytest.mark.parametrize("axis", [-1, 0, 1])
+def test_lp_normalization(p, axis):
+    x = randn(3, 4, 5, seed=4)
+    x[1, :, 2] = 0.0
+    x[:, 2, :] = 0.0
+    model = node_model("LpNormalization", {"X": x}, attrs=dict(p=p, axis=axis))
+    check_against_cpu(model, {"X": x}, ["LpNormalization"])
+
+
+@pytest.mark.parametrize("axes", [[0, 2, 3], [2, 3], [1], [-1, 1]], ids=["nchw", "spatial", "channel", "negative"])
+def test_mean_variance_normalization(axes):
+    x = randn(2, 3, 4, 5, seed=5, scale=2.0) + 7.0
+    model = node_model("MeanVarianceNormalization", {"X": x}, attrs=dict(axes=axes))
+    check_against_cpu(model, {"X": x}, ["MeanVarianceNormalization"])
+
+
+# ---------------------------------------------------------------------------
+# Pooling
+
+LP_POOL = [
+    # name, shape, attrs, opset
+    ("p2-default", (1, 2, 5, 5), dict(kernel_shape=[2, 2]), 11),
+    ("p1-strides-pads", (2, 3, 6, 5), dict(kernel_shape=[3, 2], strides=[2, 1], pads=[1, 0, 1, 1], p=1), 11),
+    ("p3-same-upper", (1, 1, 5, 6), dict(kernel_shape=[3, 3], auto_pad="SAME_UPPER", strides=[2, 2], p=3), 11),
+    ("1d", (2, 2, 7), dict(kernel_shape=[3], strides=[2]), 11),
+    ("3d", (1, 2, 4, 4, 4), dict(kernel_shape=[2, 2, 2]), 11),
+    ("dilations-ceil", (1, 2, 7, 7), dict(kernel_shape=[2, 2], dilations=[2, 2], strides=[2, 2], ceil_mode=1), 18),
+]
+
+
+@pytest.mark.parametrize("case", LP_POOL, ids=ids(LP_POOL))
+def test_lp_pool(case):
+    _, shape, attrs, opset = case
+    x = randn(*shape, seed=6)
+    model = node_model("LpPool", {"X": x}, attrs=attrs, opset=opset)
+    check_against_cpu(model, {"X": x}, ["LpPool"])
+
+
+@pytest.mark.parametrize("p", [1, 2, 3])
+def test_global_lp_pool(p):
+    x = randn(2, 3, 4, 5, seed=7)
+    model = node_model("GlobalLpPool", {"X": x}, attrs=dict(p=p))
+    check_against_cpu(model, {"X": x}, ["GlobalLpPool"])
+
+
+@pytest.mark.parametrize("with_shape", [False, True], ids=["default-shape", "output-shape"])
+def test_max_unpool_of_max_pool_indices(with_shape):
+    """MaxUnpool of a MaxPool's values and (whole-tensor flat) indices, computed by ORT."""
+    x = randn(2, 3, 4, 6, seed=8)
+    pool = typed_model(
+        [helper.make_node("MaxPool", ["X"], ["P", "I"], kernel_shape=[2, 2], strides=[2, 2], name="pool")],
+        {"X": x},
+        {"P": (TensorProto.FLOAT, [2, 3, 2, 3]), "I": (TensorProto.INT64, [2, 3, 2, 3])},
+    )
+    p, i = run(make_session(pool, mlx=False), {"X": x})
+    feeds = {"P": p, "I": i}
+    inputs = ["P", "I"]
+    consts = {}
+    if with_shape:
+        consts["shape"] = np.array([2, 3, 5, 7], np.int64)
+        inputs.append("shape")
+    node = helper.make_node("MaxUnpool", inputs, ["Y"], kernel_shape=[2, 2], strides=[2, 2], name="unpool")
+    model = typed_model([node], feeds, {"Y": (TensorProto.FLOAT, ["n", "c", "h", "w"])}, consts=consts)
+    check_against_cpu(model, feeds, ["MaxUnpool"])
+
+
+def test_max_unpool_runtime_output_shape():
+    x = randn(1, 1, 2, 2, seed=9)
+    indices = np.array([[[[5, 7], [13, 15]]]], np.int64)
+    shape = np.array([1, 1, 4, 5], np.int64)
+    node = helper.make_node("MaxUnpool", ["X", "I", "shape"], ["Y"], kernel_shape=[2, 2], strides=[2, 2], name="unpool")
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [
+            helper.make_tensor_value_info("X", TensorProto.FLOAT, x.shape),
+            helper.make_tensor_value_info("I", TensorProto.INT64, indices.shape),
+            helper.make_tensor_value_info("shape", TensorProto.INT64, [4]),
+        ],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["n", "c", "h", "w"])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    check_against_cpu(model, {"X": x, "I": indices, "shape": shape}, ["MaxUnpool"])
+
+
+# ---------------------------------------------------------------------------
+# Indexing with data-dependent or generated shapes
+
+ONE_HOT = [
+    # name, indices, depth, values, axis
+    ("last-axis", np.array([[1, 9], [2, -1]], np.int64), np.array(10, np.int64), np.array([0, 1], np.float32), -1),
+    ("axis0-float-indices", np.array([0.0, 2.7, -3.0, 5.0], np.float32), np.array([4], np.float32), np.array([-2, 3], np.float32), 0),
+    ("axis1-int32-indices", np.array([[0, 3, 1, -2]], np.int32), np.array(3, np.float32), np.array([5, 7], np.float32), 1),
+    ("int64-values", np.array([[2, 0], [1, 4]], np.int64), np.array(3, np.int64), np.array([-1, 8], np.int64), -1),
+]
+
+
+@pytest.mark.parametrize("case", ONE_HOT, ids=ids(ONE_HOT))
+def test_one_hot(case):
+    _, indices, depth, values, axis = case
+    model = node_model("OneHot", {"indices": indices}, consts={"depth": depth, "values": values}, attrs=dict(axis=axis))
+    check_against_cpu(model, {"indices": indices}, ["OneHot"])
+
+
+def test_one_hot_runtime_depth():
+    indices = np.array([3, 0, 4, 1], np.int64)
+    depth = np.array(5, np.int64)
+    values = np.array([0.5, 2.0], np.float32)
+    model = node_model("OneHot", {"indices": indices, "depth": depth, "values": values})
+    check_against_cpu(model, {"indices": indices, "depth": depth, "values": values}, ["OneHot"])
+
+
+COMPRESS = [
+    ("axis0", randn(4, 3, seed=1), [True, False, True, True], 0),
+    ("axis1-short-condition", randn(3, 5, seed=2), [False, True], 1),
+    ("negative-axis", randint(2, 3, 4), [True, False, True, False], -1),
+    ("flattened", randn(2, 3, seed=3), [False, True, True, False, True, True], None),
+    ("none-selected", randn(2, 3, seed=4), [False, False], 0),
+]
+
+
+@pytest.mark.parametrize("case", COMPRESS, ids=ids(COMPRESS))
+def test_compress(case):
+    _, data, condition, axis = case
+    condition = np.array(condition, bool)
+    attrs = {} if axis is None else dict(axis=axis)
+    model = node_model("Compress", {"data": data, "condition": condition}, attrs=attrs)
+    check_against_cpu(model, {"data": data, "condition": condition}, ["Compress"])
+
+
+@pytest.mark.parametrize(
+    "x",
+    [np.array([[1, 0], [0, 3]], np.int64), randn(2, 3, 4, seed=5) * (randn(2, 3, 4, seed=6) > 0), np.array([True, False, True]), np.zeros((2, 3), np.float32)],
+    ids=["int64", "float-3d", "bool", "all-zero"],
+)
+def test_non_zero(x):
+    x = np.asarray(x)
+    model = node_model("NonZero", {"X": x})
+    check_against_cpu(model, {"X": x}, ["NonZero"])
+
+
+@pytest.mark.parametrize("time_axis", [0, 1])
+def test_reverse_sequence(time_axis):
+    x = randn(4, 4, 3, seed=7)
+    lens = np.array([4, 1, 3, 2], np.int64)
+    model = node_model("ReverseSequence", {"X": x, "lens": lens}, attrs=dict(time_axis=time_axis, batch_axis=1 - time_axis))
+    check_against_cpu(model, {"X": x, "lens": lens}, ["ReverseSequence"])
+
+
+# ---------------------------------------------------------------------------
+# Generated and elementwise
+
+@pytest.mark.parametrize("upper", [0, 1])
+@pytest.mark.parametrize("k", [-2, 0, 1, 5])
+def test_trilu_runtime_k(upper, k):
+    x = randn(2, 3, 4, seed=8)
+    kk = np.array(k, np.int64)
+    model = node_model("Trilu", {"X": x, "k": kk}, attrs=dict(upper=upper))
+    check_against_cpu(model, {"X": x, "k": kk}, ["Trilu"])
+
+
+@pytest.mark.parametrize("k,dtype", [(0, None), (1, TensorProto.INT64), (-2, TensorProto.FLOAT), (4, TensorProto.INT32)], ids=["default", "k1-int64", "k-2-float", "k4-int32"])
+def test_eye_like(k, dtype):
+    x = randn(4, 5, seed=9)
+    attrs = dict(k=k) if dtype is None else dict(k=k, dtype=dtype)
+    model = node_model("EyeLike", {"X": x}, attrs=attrs)
+    check_against_cpu(model, {"X": x}, ["EyeLike"])
+
+
+@pytest.mark.parametrize("attrs", [{}, dict(lambd=1.5), dict(lambd=0.5, bias=0.5)], ids=["default", "hard", "soft"])
+def test_shrink(attrs):
+    x = randn(3, 8, seed=10, scale=2.0)
+    model = node_model("Shrink", {"X": x}, attrs=attrs)
+    check_against_cpu(model, {"X": x}, ["Shrink"])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_float_mod_fmod(dtype):
+    a = np.array([-4.3, 7.2, 5.0, 4.3, -7.2, 8.0, -0.0, 1e-20, 3.0, -3.0], dtype)
+    b = np.array([2.1, -3.4, 8.0, -2.1, 3.4, 5.0, 3.0, -1.0, np.inf, 0.75], dtype)
+    model = node_model("Mod", {"A": a, "B": b}, attrs=dict(fmod=1))
+    check_against_cpu(model, {"A": a, "B": b}, ["Mod"], rtol=0, atol=0)

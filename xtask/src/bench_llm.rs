@@ -1,0 +1,40 @@
+//! `cargo xtask bench llm`: Llama-style decoders with random weights (built by
+//! `tests/python/llm.py`: RMSNorm, rotary GQA with a KV cache, SiLU MLP; a tiny and a larger
+//! one, float32 and 4-bit MatMulNBits), a 128-token prefill and 64 greedy decode steps on ORT's
+//! CPU EP and on the MLX EP in one process. Checks that the greedy tokens agree and the logits
+//! are within tolerance, prints prefill and decode tokens/s and the ratios, and writes
+//! `target/bench/llm.json`. The last line is `llm: decode mlx/cpu=<ratio>` (larger float32
+//! model).
+
+use std::process::Command;
+
+use anyhow::{Context, Result};
+
+use crate::setup::{self, LATEST_ORT, Scope};
+use crate::util::{self, banner, target_dir};
+use crate::{build, test::EP_LIBRARY_VAR};
+
+/// Runs the benchmark; extra arguments go to `llm.py` (`--models tiny,larger`, `--steps 16`,
+/// `--repeats 3`, ...).
+pub fn run(args: &[String]) -> Result<()> {
+    let venvs = setup::run(Scope::Only(LATEST_ORT))?;
+    let venv = &venvs[0];
+    let lib = build::run()?;
+    let out = target_dir().join("bench").join("llm.json");
+    banner(&format!(
+        "bench llm: Llama-style decoders, 128-token prefill + 64 greedy steps, CPU EP vs MLX EP (onnxruntime {LATEST_ORT})"
+    ));
+    let root = util::workspace_root();
+    util::run(
+        Command::new(venv.python())
+            .arg(root.join("tests").join("python").join("llm.py"))
+            .arg("--bench")
+            .arg("--out")
+            .arg(&out)
+            .args(args)
+            .current_dir(&root)
+            .env(EP_LIBRARY_VAR, &lib)
+            .env("PYTHONDONTWRITEBYTECODE", "1"),
+    )
+    .context("the LLM benchmark failed (a mismatch between the EPs fails it too)")
+}

