@@ -1,10 +1,11 @@
 //! ONNX Runtime's C API headers, for compiling the C++ usage example
 //! (`docs/examples/cpp/mlx_ep_example.cpp`) in the tests.
 //!
-//! The onnxruntime wheels ship no headers and Debian 12 has no `libonnxruntime-dev`, so they
-//! come from Debian's `libonnxruntime-dev` 1.23.2 package (pinned URL and SHA-256), unpacked
-//! into the cache once. When it can't be had (offline, or the package left Debian's pool),
-//! the example's test is skipped with that reason; nothing else depends on it.
+//! The onnxruntime wheels ship no headers; Debian's `libonnxruntime-dev` 1.23.2 does (in Debian
+//! sid; Debian 12 has none). Where apt knows that pinned version, `apt-get download`
+//! fetches it, its SHA-256 is checked and its headers are unpacked into the cache once. Where
+//! it can't be had (Debian 12 without that suite), the example's test is skipped with that
+//! reason; nothing else depends on it.
 
 use std::fs;
 use std::path::PathBuf;
@@ -18,18 +19,18 @@ use crate::util::{self, banner};
 /// The variable the Python test reads the include folder from.
 pub const INCLUDE_VAR: &str = "ORTMLX_ORT_INCLUDE";
 
-const DEB_URL: &str = "http://deb.debian.org/debian/pool/main/o/onnxruntime/libonnxruntime-dev_1.23.2+dfsg-6.1_amd64.deb";
+const DEB_PACKAGE: &str = "libonnxruntime-dev=1.23.2+dfsg-6.1";
 const DEB_SHA256: &str = "4630a94adb36dc056feb124e51c6e952e2cab5188bc093a25bee8a7e1ac5196d";
 const CACHE_DIR: &str = "ort-headers-1.23.2";
 
-/// Downloads, verifies and unpacks the .deb (an `ar` archive holding `data.tar.xz`) with only
-/// the Python standard library.
-const FETCH_SCRIPT: &str = r#"
-import hashlib, io, sys, tarfile, urllib.request
-url, sha, dest = sys.argv[1:4]
-data = urllib.request.urlopen(url, timeout=60).read()
+/// Verifies and unpacks the .deb (an `ar` archive holding `data.tar.xz`) with only the Python
+/// standard library.
+const UNPACK_SCRIPT: &str = r#"
+import hashlib, io, sys, tarfile
+path, sha, dest = sys.argv[1:4]
+data = open(path, "rb").read()
 if hashlib.sha256(data).hexdigest() != sha:
-    sys.exit("SHA-256 mismatch for " + url)
+    sys.exit("SHA-256 mismatch for " + path)
 if not data.startswith(b"!<arch>\n"):
     sys.exit("not an ar archive")
 pos, payload = 8, None
@@ -72,14 +73,31 @@ pub fn ensure(venv: &Venv) -> Result<Option<PathBuf>> {
         fs::remove_dir_all(&root)?;
     }
     fs::create_dir_all(&include)?;
-    let ok = util::status(
-        Command::new(venv.python())
-            .args(["-c", FETCH_SCRIPT, DEB_URL, DEB_SHA256])
-            .arg(&include),
-    )?;
+    let download = root.join("deb");
+    fs::create_dir_all(&download)?;
+    let fetched = Command::new("apt-get")
+        .args(["download", DEB_PACKAGE])
+        .current_dir(&download)
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    let deb = fs::read_dir(&download)?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "deb"));
+    let ok = match (fetched, deb) {
+        (true, Some(deb)) => util::status(
+            Command::new(venv.python())
+                .args(["-c", UNPACK_SCRIPT])
+                .arg(&deb)
+                .arg(DEB_SHA256)
+                .arg(&include),
+        )?,
+        _ => false,
+    };
     if !ok {
         println!(
-            "could not fetch the headers from {DEB_URL}: the C++ example will not be compiled"
+            "apt has no {DEB_PACKAGE} here (Debian 12 does not carry it): the C++ example will not be compiled"
         );
         let _ = fs::remove_dir_all(&root);
         return Ok(None);
@@ -87,7 +105,7 @@ pub fn ensure(venv: &Venv) -> Result<Option<PathBuf>> {
     match include_dir() {
         Some(dir) => Ok(Some(dir)),
         None => bail!(
-            "{DEB_URL} unpacked without onnxruntime_c_api.h into {}",
+            "{DEB_PACKAGE} unpacked without onnxruntime_c_api.h into {}",
             include.display()
         ),
     }
