@@ -22,7 +22,7 @@ ldd "$lib/libmlx.so" | grep -E "not found|cudnn|cublas|nvrtc" | tee "$out/ldd.tx
 
 echo "== end-to-end tests on the GPU stream (ORT $(python3 -c 'import onnxruntime; print(onnxruntime.__version__)'))"
 ORTMLX_TEST_DEVICE=gpu ORTMLX_LOG=info ORTMLX_DISABLE_COMPILE="${ORTMLX_DISABLE_COMPILE:-1}" \
-  timeout 330 python3 -m pytest -q -s -p no:cacheprovider tests/python/test_ops.py tests/python/test_models.py \
+  timeout 330 python3 -m pytest -q -s -p no:cacheprovider tests/python/test_ops.py tests/python/test_models.py tests/python/test_gpu.py tests/python/test_contrib.py tests/python/test_ops_more.py \
   2> "$out/ep.log" > "$out/pytest.log"
 echo "pytest exit $?"
 tail -n 15 "$out/pytest.log"
