@@ -27,10 +27,18 @@ fn clip<T: Copy>(v: &[T], n: usize) -> Vec<T> {
 }
 
 fuzz_target!(|input: Input| {
-    let shape: Vec<i64> = clip(&input.shape, 6).iter().map(|&d| (d as i64).abs() % 9).collect();
+    let shape: Vec<i64> = clip(&input.shape, 6)
+        .iter()
+        .map(|&d| (d as i64).abs() % 9)
+        .collect();
     let numel: i64 = shape.iter().product();
     let rank = shape.len();
-    let (a, b, c, d) = (clip(&input.a, 6), clip(&input.b, 6), clip(&input.c, 6), clip(&input.d, 6));
+    let (a, b, c, d) = (
+        clip(&input.a, 6),
+        clip(&input.b, 6),
+        clip(&input.c, 6),
+        clip(&input.d, 6),
+    );
     let big = clip(&input.big, 6);
 
     let _ = step::normalize_axis(input.axis, rank);
@@ -42,7 +50,11 @@ fuzz_target!(|input: Input| {
     }
     let _ = step::broadcast_shapes(&big, &a);
     if let Ok(t) = step::reshape_target(&shape, &a, input.flag) {
-        assert_eq!(t.iter().product::<i64>(), numel, "reshape {shape:?} by {a:?} -> {t:?}");
+        assert_eq!(
+            t.iter().product::<i64>(),
+            numel,
+            "reshape {shape:?} by {a:?} -> {t:?}"
+        );
     }
     let _ = step::reshape_target(&big, &b, input.flag);
     if let Ok(f) = step::flatten_shape(&shape, input.axis) {
@@ -58,9 +70,16 @@ fuzz_target!(|input: Input| {
     let _ = step::expand_shape(&shape, &big);
     let _ = step::full_shape(&big);
     let r = step::shape_range(rank, input.axis, b.first().copied());
-    assert!(r.start <= r.end && r.end <= rank, "shape_range {r:?} for rank {rank}");
+    assert!(
+        r.start <= r.end && r.end <= rank,
+        "shape_range {r:?} for rank {rank}"
+    );
     let axes = if input.flag { Some(&c[..]) } else { None };
-    let steps = if input.parts % 2 == 0 { Some(&d[..]) } else { None };
+    let steps = if input.parts.is_multiple_of(2) {
+        Some(&d[..])
+    } else {
+        None
+    };
     if let Ok(sb) = step::slice_bounds(&shape, &a, &b, axes, steps) {
         for (k, &dim) in shape.iter().enumerate() {
             let len = sb.out_shape[k];
@@ -81,9 +100,13 @@ fuzz_target!(|input: Input| {
     }
     let parts = (input.parts % 8) as usize;
     if let Some(&dim) = shape.first()
-        && let Ok(points) = step::split_points(dim, parts, if input.flag { Some(&a[..]) } else { None })
+        && let Ok(points) =
+            step::split_points(dim, parts, if input.flag { Some(&a[..]) } else { None })
     {
-        assert!(points.windows(2).all(|w| w[0] <= w[1]), "split points {points:?}");
+        assert!(
+            points.windows(2).all(|w| w[0] <= w[1]),
+            "split points {points:?}"
+        );
     }
     if let (Some(&i), Some(&o)) = (shape.first(), shape.last()) {
         for ct in [
@@ -102,7 +125,8 @@ fuzz_target!(|input: Input| {
             ] {
                 let idx = step::nearest_indices(i, o, input.scale, ct, mode);
                 assert!(
-                    idx.iter().all(|&x| (x as i64) >= 0 && (x as i64) < i.max(1)),
+                    idx.iter()
+                        .all(|&x| (x as i64) >= 0 && (x as i64) < i.max(1)),
                     "nearest {i} -> {o} (scale {}): {idx:?}",
                     input.scale
                 );

@@ -285,12 +285,18 @@ def _to_float64(model):
         if not widen_tensor(t):
             return None
     for node in g.node:
+        if node.op_type in ("LayerNormalization", "GroupNormalization", "RMSNormalization"):
+            # stash_type (default float32) sets the precision they compute in
+            return None
         for a in node.attribute:
             if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
                 return None
             if a.type == onnx.AttributeProto.TENSOR and not widen_tensor(a.t):
                 return None
             if node.op_type == "Constant" and a.name in ("value_float", "value_floats"):
+                return None
+            if a.name == "stash_type":
+                # computes in float32 by definition
                 return None
             if a.name in ("to", "dtype") and a.type == onnx.AttributeProto.INT:
                 if a.i == TensorProto.FLOAT:
@@ -353,21 +359,25 @@ class Worker:
                 pass
         return records, offset + len(data)
 
+    def _run_session(self, session, model, inputs):
+        """The session's outputs for `inputs` (in graph input order); types numpy and ORT's
+        Python API can't exchange go through OrtValues."""
+        feeds = {model.graph.input[i].name: v for i, v in enumerate(inputs)}
+        special = any(_onnx_type_of(v) in SPECIAL_TYPES for v in inputs) or any(
+            o.type.HasField("tensor_type") and o.type.tensor_type.elem_type in SPECIAL_TYPES for o in model.graph.output
+        )
+        if not special:
+            return session.run(None, feeds)
+        values = {k: _to_ort_value(self.ort, v) for k, v in feeds.items()}
+        results = session.run_with_ort_values(None, {k: v for k, (v, _) in values.items()})
+        return [_from_ort_value(v) for v in results]
+
     def _run_one(self, session, model, data_sets, rtol, atol):
         """Runs every data set; (status, message, max_abs, max_rel)."""
         worst_abs, worst_rel = 0.0, 0.0
         for inputs, outputs in data_sets:
-            feeds = {model.graph.input[i].name: v for i, v in enumerate(inputs)}
-            special = any(_onnx_type_of(v) in SPECIAL_TYPES for v in inputs) or any(
-                o.type.HasField("tensor_type") and o.type.tensor_type.elem_type in SPECIAL_TYPES for o in model.graph.output
-            )
             try:
-                if special:
-                    values = {k: _to_ort_value(self.ort, v) for k, v in feeds.items()}
-                    results = session.run_with_ort_values(None, {k: v for k, (v, _) in values.items()})
-                    actual = [_from_ort_value(v) for v in results]
-                else:
-                    actual = session.run(None, feeds)
+                actual = self._run_session(session, model, inputs)
             except Exception as err:  # noqa: BLE001 - recorded
                 return "errored", "run: " + _short(err), None, None
             if len(actual) != len(outputs):
@@ -413,7 +423,7 @@ class Worker:
                 session = self.ort.InferenceSession(
                     model_bytes, sess_options=self._options(), providers=[CPU_EP], disabled_optimizers=DISABLED_OPTIMIZERS
                 )
-                data_sets = [(inputs, session.run(None, {model.graph.input[i].name: v for i, v in enumerate(inputs)})) for inputs, _ in data_sets]
+                data_sets = [(inputs, self._run_session(session, model, inputs)) for inputs, _ in data_sets]
                 del session
             except Exception as err:  # noqa: BLE001 - recorded
                 result["skipped"] = "ORT's CPU EP can't run the float64 form: " + _short(err, 200)

@@ -218,3 +218,28 @@ def test_maxpool_integer(dtype):
     x = rng(61).integers(info.min, info.max, (1, 2, 5, 5), endpoint=True).astype(dtype)
     model = node_model("MaxPool", {"x": x}, attrs={"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "strides": [2, 2]}, opset=12)
     check_against_cpu(model, {"x": x}, ["MaxPool"])
+
+
+# ---------------------------------------------------------------------------
+# BitCast: the bytes reinterpreted (mlx_view)
+
+BITCAST = [
+    ("float32-int32", np.array([1.0, -2.5, np.inf, -0.0, np.nan, 3e-40], np.float32), TensorProto.INT32, np.int32),
+    ("int32-float32", rng(70).integers(-(2**31), 2**31 - 1, (2, 3), dtype=np.int64).astype(np.int32), TensorProto.FLOAT, np.float32),
+    ("float64-int64", rng(71).standard_normal(5), TensorProto.INT64, np.int64),
+    ("uint16-int16", rng(72).integers(0, 65535, (4,), endpoint=True).astype(np.uint16), TensorProto.INT16, np.int16),
+    ("float16-uint16", rng(73).standard_normal(6).astype(np.float16), TensorProto.UINT16, np.uint16),
+    ("int8-uint8", np.array([-128, -1, 0, 1, 127], np.int8), TensorProto.UINT8, np.uint8),
+]
+
+
+@pytest.mark.parametrize("case", BITCAST, ids=ids(BITCAST))
+def test_bitcast(case):
+    from conftest import assert_on_mlx, make_session, run
+
+    _, x, to, np_to = case
+    session = make_session(node_model("BitCast", {"x": x}, attrs={"to": to}, opset=26))
+    (y,) = run(session, {"x": x})
+    assert y.dtype == np_to and y.shape == x.shape
+    np.testing.assert_array_equal(y.view(np.uint8), np.ascontiguousarray(x).view(np.uint8))
+    assert_on_mlx(session, ["BitCast"])

@@ -165,6 +165,12 @@ CLAIMED = [
     ("CumProd", "CumProd", {"X": X}, {"axis": np.array(1, np.int64)}, {}, lambda f, c: [np.cumprod(f["X"], axis=1)]),
     # linear algebra and neural-network ops
     ("MatMul", "MatMul", {"A": randn(2, 3, 7), "B": randn(7, 4, seed=1)}, {}, {}, lambda f, c: [f["A"] @ f["B"]]),
+    ("Einsum-matmul", "Einsum", {"A": randn(2, 3, 7), "B": randn(2, 7, 4, seed=1)}, {}, {"equation": "bij,bjk->bik"},
+     lambda f, c: [np.einsum("bij,bjk->bik", f["A"], f["B"])]),
+    ("Einsum-diagonal-sum", "Einsum", {"A": randn(4, 4)}, {}, {"equation": "ii->"}, lambda f, c: [np.einsum("ii->", f["A"])]),
+    ("Einsum-outer-transpose", "Einsum", {"A": randn(3), "B": randn(4, seed=2)}, {}, {"equation": "i,j->ji"},
+     lambda f, c: [np.einsum("i,j->ji", f["A"], f["B"])]),
+    ("EyeLike", "EyeLike", {"X": randn(3, 5)}, {}, {"k": 1}, lambda f, c: [np.eye(3, 5, k=1)]),
     ("Gemm", "Gemm", {"A": randn(3, 6), "B": randn(4, 6, seed=1), "C": randn(4, seed=2)}, {}, {"transB": 1, "alpha": 0.5, "beta": 2.0},
      lambda f, c: [0.5 * f["A"] @ f["B"].T + 2.0 * f["C"]]),
     ("MaxPool", "MaxPool", {"X": IMG}, {}, {"kernel_shape": [2, 2]}, lambda f, c: [pool2d(f["X"], 2, np.max)]),

@@ -170,3 +170,28 @@ def test_hostile_case(name, hostile_results):
     if ok == SKIPPED:
         pytest.skip(detail)
     assert ok, detail
+
+
+def test_failed_run_keeps_the_session_on_mlx():
+    """A run that fails inside MLX (a Reshape to an impossible run-time shape) is an ordinary
+    error, not ORT_EP_FAIL: ORT's Python API answers EP_FAIL by rebuilding the session on the
+    CPU EP for good, silently. The same session, fallback left on, keeps running on MLX."""
+    import numpy as np
+
+    from conftest import HAS_ASSIGNMENT_INFO, assert_all_on_mlx, make_session
+    from hostile_cases import reshape_model
+
+    session = make_session(reshape_model().SerializeToString(), mlx=True)
+    providers = list(session.get_providers())
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) - 2
+    good = {"X": x, "S": np.array([3, 2], np.int64)}
+    np.testing.assert_array_equal(session.run(None, good)[0], np.maximum(x.reshape(3, 2), 0))
+    with pytest.raises(Exception) as failure:
+        session.run(None, {"X": x, "S": np.array([4, 4], np.int64)})
+    assert type(failure.value).__name__ != "EPFail", f"an EP_FAIL status makes ORT's Python API fall back to the CPU EP: {failure.value}"
+    assert "bad_Reshape" in str(failure.value), f"the error names no node: {failure.value}"
+    assert list(session.get_providers()) == providers, f"the session changed providers: {session.get_providers()}"
+    for _ in range(3):
+        np.testing.assert_array_equal(session.run(None, good)[0], np.maximum(x.reshape(3, 2), 0))
+    if HAS_ASSIGNMENT_INFO:
+        assert_all_on_mlx(session)

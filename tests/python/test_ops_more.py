@@ -12,6 +12,7 @@ Compress, NonZero, ReverseSequence, Trilu with a run-time k, EyeLike, Shrink and
 from __future__ import annotations
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -204,21 +205,20 @@ def test_resize_equal_sizes_copy():
         np.testing.assert_array_equal(out, x)
 
 
-@pytest.mark.parametrize(
-    "attrs,scales",
-    [
-        (dict(mode="linear", antialias=1), [1, 1, 0.5, 0.5]),
-        (dict(mode="linear", keep_aspect_ratio_policy="not_larger"), None),
-    ],
-    ids=["antialias", "not-larger"],
-)
-def test_resize_interp_declines(attrs, scales):
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+def test_resize_antialias_stays_on_cpu(mode):
     x = randn(1, 2, 4, 4, seed=7)
-    if scales is None:
-        model = node_model("Resize", {"X": x}, consts={"sizes": np.array([3, 3], np.int64)}, node_inputs=["X", "", "", "sizes"], attrs=dict(axes=[2, 3], **attrs), opset=19)
-    else:
-        model = node_model("Resize", {"X": x}, consts={"scales": np.array(scales, np.float32)}, node_inputs=["X", "", "scales"], attrs=attrs, opset=19)
+    model = node_model("Resize", {"X": x}, consts={"scales": np.array([1, 1, 0.5, 0.5], np.float32)}, node_inputs=["X", "", "scales"], attrs=dict(mode=mode, antialias=1), opset=19)
     stays_on_cpu(model, {"X": x}, "Resize")
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+@pytest.mark.parametrize("policy", ["not_larger", "not_smaller"])
+def test_resize_keep_aspect_ratio_policy(mode, policy):
+    """One scale for the listed axes (the min / max of size / dim), sizes rounded as ORT does."""
+    x = randn(1, 2, 5, 7, seed=7)
+    model = node_model("Resize", {"X": x}, consts={"sizes": np.array([8, 9], np.int64)}, node_inputs=["X", "", "", "sizes"], attrs=dict(mode=mode, axes=[2, 3], keep_aspect_ratio_policy=policy), opset=19)
+    check_against_cpu(model, {"X": x}, ["Resize"])
 
 
 @pytest.mark.parametrize("mode", ["nearest", "linear"])
@@ -626,3 +626,141 @@ def test_float_mod_fmod(dtype):
     b = np.array([2.1, -3.4, 8.0, -2.1, 3.4, 5.0, 3.0, -1.0, np.inf, 0.75], dtype)
     model = node_model("Mod", {"A": a, "B": b}, attrs=dict(fmod=1))
     check_against_cpu(model, {"A": a, "B": b}, ["Mod"], rtol=0, atol=0)
+
+
+# ---------------------------------------------------------------------------
+# GridSample
+
+GRID_SAMPLE = [
+    (mode, padding, align)
+    for mode in ("bilinear", "nearest", "bicubic")
+    for padding in ("zeros", "border", "reflection")
+    for align in (0, 1)
+]
+
+
+@pytest.mark.parametrize("case", GRID_SAMPLE, ids=[f"{m}-{p}-align{a}" for m, p, a in GRID_SAMPLE])
+def test_grid_sample(case):
+    mode, padding, align = case
+    x = randn(2, 3, 5, 6, seed=1)
+    # Coordinates beyond [-1, 1] exercise the padding modes; exact half-pixel positions the
+    # rounding of nearest.
+    grid = np.asarray(rng(2).uniform(-1.7, 1.7, size=(2, 4, 7, 2)), np.float32)
+    grid[0, 0, :3] = [[0.0, 0.0], [-1.0, 1.0], [1.0 / 6.0, 0.2]]
+    model = node_model("GridSample", {"X": x, "grid": grid}, attrs=dict(mode=mode, padding_mode=padding, align_corners=align), opset=16)
+    check_against_cpu(model, {"X": x, "grid": grid}, ["GridSample"])
+
+
+@pytest.mark.parametrize("mode", ["linear", "nearest"])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+def test_grid_sample_volumetric(mode, padding):
+    x = randn(1, 2, 3, 4, 5, seed=3)
+    grid = np.asarray(rng(4).uniform(-1.4, 1.4, size=(1, 2, 3, 4, 3)), np.float32)
+    model = node_model("GridSample", {"X": x, "grid": grid}, attrs=dict(mode=mode, padding_mode=padding), opset=20)
+    check_against_cpu(model, {"X": x, "grid": grid}, ["GridSample"])
+
+
+# ---------------------------------------------------------------------------
+# Det, Unique, LRN, windows
+
+@pytest.mark.parametrize("shape", [(3, 3), (2, 4, 4), (5, 5)])
+def test_det(shape):
+    x = randn(*shape, seed=5)
+    model = node_model("Det", {"X": x})
+    check_against_cpu(model, {"X": x}, ["Det"], rtol=1e-3, atol=1e-4)
+
+
+UNIQUE = [
+    # name, x, attrs
+    ("sorted-flat", np.array([2.0, 1.0, 1.0, 3.0, 4.0, 3.0, -0.0, 0.0], np.float32), {}),
+    ("unsorted-flat", np.array([[5, 1], [5, 7], [1, 1]], np.int64), dict(sorted=0)),
+    ("axis0", np.array([[1, 0, 0], [1, 0, 0], [2, 3, 4], [0, 9, 9]], np.int64), dict(axis=0)),
+    ("axis1-3d", np.array([[[1, 1], [0, 1], [2, 1], [0, 1]], [[1, 1], [0, 1], [2, 1], [0, 1]]], np.float32), dict(axis=1)),
+    ("negative-axis-unsorted", np.array([[3, 1, 3], [2, 0, 2]], np.int8), dict(axis=-1, sorted=0)),
+]
+
+
+@pytest.mark.parametrize("case", UNIQUE, ids=ids(UNIQUE))
+def test_unique(case):
+    _, x, attrs = case
+    model = node_model("Unique", {"X": x}, attrs=attrs, n_outputs=4)
+    check_against_cpu(model, {"X": x}, ["Unique"])
+
+
+@pytest.mark.parametrize("size,attrs", [(3, {}), (5, dict(alpha=0.001, beta=0.6, bias=2.0)), (1, dict(beta=1.5))], ids=["size3", "size5-attrs", "size1"])
+def test_lrn(size, attrs):
+    x = randn(2, 7, 3, 4, seed=6, scale=3.0)
+    model = node_model("LRN", {"X": x}, attrs=dict(size=size, **attrs))
+    check_against_cpu(model, {"X": x}, ["LRN"])
+
+
+@pytest.mark.parametrize("op", ["HannWindow", "HammingWindow", "BlackmanWindow"])
+@pytest.mark.parametrize("periodic", [0, 1])
+@pytest.mark.parametrize("dtype", [TensorProto.FLOAT, TensorProto.INT32], ids=["float", "int32"])
+@pytest.mark.parametrize("n", [1, 11, 513])
+def test_window_functions(op, periodic, dtype, n):
+    """A run-time size (computed on the host); bit-exact, as ORT computes in double precision."""
+    if n == 1 and not periodic and dtype != TensorProto.FLOAT:
+        pytest.skip("a symmetric window of one sample is NaN; its integer conversion is undefined in C++")
+    size = np.array(n, np.int64)
+    node = helper.make_node(op, ["size"], ["Y"], periodic=periodic, output_datatype=dtype, name="window")
+    model = typed_model([node], {"size": size}, {"Y": (dtype, ["n"])})
+    check_against_cpu(model, {"size": size}, [op], rtol=0, atol=0)
+
+
+def test_window_constant_size_folds():
+    """A constant size folds to a constant: ORT sees an EP node producing it."""
+    x = randn(16, seed=7)
+    nodes = [
+        helper.make_node("HannWindow", ["n"], ["w"], name="window"),
+        helper.make_node("Mul", ["X", "w"], ["Y"], name="mul"),
+    ]
+    model = graph_model(nodes, {"X": x}, ["Y"], consts={"n": np.array(16, np.int32)})
+    check_against_cpu(model, {"X": x}, ["Mul"])
+
+
+# ---------------------------------------------------------------------------
+# MaxPool Indices, TensorScatter
+
+MAX_POOL_INDICES = [
+    # name, shape, attrs
+    ("2d", (2, 3, 5, 6), dict(kernel_shape=[2, 2], strides=[2, 2])),
+    ("2d-pads-column-major", (1, 2, 5, 5), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], storage_order=1)),
+    ("2d-dilations-ceil", (1, 1, 7, 7), dict(kernel_shape=[2, 2], dilations=[2, 2], strides=[2, 1], ceil_mode=1)),
+    ("2d-same-upper", (1, 2, 6, 5), dict(kernel_shape=[3, 2], strides=[2, 2], auto_pad="SAME_UPPER")),
+    ("1d", (2, 2, 9), dict(kernel_shape=[3], strides=[2])),
+    ("3d", (1, 2, 4, 4, 4), dict(kernel_shape=[2, 2, 2], strides=[2, 2, 2])),
+    ("3d-column-major", (1, 1, 3, 4, 5), dict(kernel_shape=[2, 2, 2], storage_order=1)),
+]
+
+
+@pytest.mark.parametrize("case", MAX_POOL_INDICES, ids=ids(MAX_POOL_INDICES))
+def test_max_pool_indices(case):
+    _, shape, attrs = case
+    x = np.round(randn(*shape, seed=11) * 2) / 2  # ties: the first maximum wins
+    model = node_model("MaxPool", {"X": x}, attrs=attrs, n_outputs=2, opset=12)
+    check_against_cpu(model, {"X": x}, ["MaxPool"])
+
+
+#: Opset 24 models (IR 12) need ONNX Runtime 1.24 or newer.
+needs_opset_24 = pytest.mark.skipif(tuple(int(v) for v in ort.__version__.split(".")[:2]) < (1, 24), reason="ONNX Runtime < 1.24 cannot load opset-24 models")
+
+
+@needs_opset_24
+@pytest.mark.parametrize("mode", ["linear", "circular"])
+@pytest.mark.parametrize("axis", [-2, 2])
+def test_tensor_scatter(mode, axis):
+    """The KV-cache write of opset 24: per-sequence write positions, circular wrap-around."""
+    past = randn(2, 3, 6, 4, seed=12)
+    update = randn(2, 3, 2, 4, seed=13)
+    positions = np.array([1, 5 if mode == "circular" else 4], np.int64)
+    model = node_model("TensorScatter", {"past": past, "update": update, "positions": positions}, attrs=dict(mode=mode, axis=axis), opset=24)
+    check_against_cpu(model, {"past": past, "update": update, "positions": positions}, ["TensorScatter"])
+
+
+@needs_opset_24
+def test_tensor_scatter_prefill_without_positions():
+    past = randn(1, 5, 3, seed=14)
+    update = randn(1, 2, 3, seed=15)
+    model = node_model("TensorScatter", {"past": past, "update": update}, attrs=dict(axis=1), opset=24)
+    check_against_cpu(model, {"past": past, "update": update}, ["TensorScatter"])

@@ -176,3 +176,32 @@ def test_foreign_thread_runs_give_correct_results(mode):
         run_threads(lambda _t, i=i: work(i), 1)
     for i in range(16):
         np.testing.assert_allclose(results[i], expected[i], rtol=1e-6, atol=1e-7)
+
+
+def _os_threads() -> int | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Threads:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def test_short_lived_threads_leave_no_threads_behind():
+    """Runs from 100 threads that each exit afterwards: MLX's thread-affine streams would
+    leave one stream and one worker thread per calling thread behind; the EP's runs must not."""
+    if _os_threads() is None:
+        pytest.skip("no /proc/self/status")
+    model = mlp_model(seed=11)
+    session = make_session(model, mlx=True, record_placement=False)
+    session.disable_fallback()
+    session.run(None, feeds_for(0, 0))
+    for i in range(10):  # warm up: MLX's lanes and ORT's pools exist after this
+        run_threads(lambda _t, i=i: session.run(None, feeds_for(1, i)), 1)
+    before = _os_threads()
+    for i in range(100):
+        run_threads(lambda _t, i=i: session.run(None, feeds_for(2, i)), 1)
+    after = _os_threads()
+    assert after - before <= 2, f"{after - before} OS threads more after runs from 100 short-lived threads"

@@ -21,6 +21,7 @@ pub struct Options {
     no_fallback: bool,
     check: bool,
     update_manifest: bool,
+    float64: bool,
     jobs: Option<String>,
     timeout: Option<String>,
     verbose: bool,
@@ -28,7 +29,7 @@ pub struct Options {
 
 impl Options {
     /// Parses `[--filter <substring>] [--no-fallback] [--check] [--update-manifest]
-    /// [--jobs <n>] [--timeout <seconds>] [--verbose]`.
+    /// [--float64] [--jobs <n>] [--timeout <seconds>] [--verbose]`.
     pub fn parse(args: &[String]) -> Result<Self> {
         let mut options = Options::default();
         let mut args = args.iter();
@@ -44,12 +45,18 @@ impl Options {
                 "--no-fallback" => options.no_fallback = true,
                 "--check" => options.check = true,
                 "--update-manifest" => options.update_manifest = true,
+                "--float64" => options.float64 = true,
                 "--verbose" => options.verbose = true,
                 other => bail!("unknown option `{other}`; see `cargo xtask help`"),
             }
         }
         if options.check && options.update_manifest {
             bail!("--check and --update-manifest exclude each other");
+        }
+        if options.float64 && (options.check || options.update_manifest) {
+            bail!(
+                "--float64 is a sweep of its own: it can't be combined with --check or --update-manifest"
+            );
         }
         if options.no_fallback && (options.check || options.update_manifest) {
             bail!(
@@ -94,6 +101,7 @@ pub fn run(options: Options) -> Result<()> {
         (options.no_fallback, "--no-fallback"),
         (options.check, "--check"),
         (options.update_manifest, "--update-manifest"),
+        (options.float64, "--float64"),
         (options.verbose, "--verbose-failures"),
     ] {
         if on {

@@ -55,6 +55,8 @@ commands:
       --no-fallback     session.disable_cpu_ep_fallback=1 (declined nodes fail the session)
       --check           fail on any difference with tests/conformance/manifest.tsv
       --update-manifest rewrite the manifest and docs/conformance.md from this run
+      --float64         the float64 sweep instead: every case widened to float64, MLX against
+                        ORT's CPU EP at rtol 1e-9 (ops must compute in float64, not float32)
       --jobs <n>        worker processes (default: the CPU count)
       --timeout <s>     seconds per case before its worker is killed (default 60)
       --verbose         print every failing case as it ends

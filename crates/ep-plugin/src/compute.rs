@@ -229,7 +229,7 @@ unsafe fn value_type(api: &Api, v: *const OrtValue) -> Result<(DataType, Vec<i64
             },
             "GetTensorElementType",
         )?;
-        let dtype = DataType::from_onnx(elem)
+        let dtype = crate::graph_reader::dtype_from_ort(elem)
             .ok_or_else(|| EpError::new(format!("tensor element type {elem} is not supported")))?;
         let mut rank = 0usize;
         // SAFETY: live info.

@@ -97,6 +97,19 @@ pub unsafe fn value_name(api: &Api, vi: *const OrtValueInfo) -> Result<String, E
 /// A rank of 0 reads as "shape unknown" (`None`) unless the host can say it is a scalar (see
 /// `has_shape`); callers reading a real tensor treat `None` as a scalar.
 ///
+/// The element type of an ORT `ONNXTensorElementDataType` value. ORT's C enum follows
+/// ONNX's `TensorProto.DataType` up to FLOAT4E2M1 (23), then differs: ORT has UINT2 = 24,
+/// INT2 = 25, FLOAT8E8M0 = 26 where ONNX has FLOAT8E8M0 = 24, UINT2 = 25, INT2 = 26.
+pub fn dtype_from_ort(elem: i32) -> Option<DataType> {
+    match elem {
+        24 => Some(DataType::Uint2),
+        25 => Some(DataType::Int2),
+        26 => Some(DataType::Float8E8M0),
+        27.. => None,
+        v => DataType::from_onnx(v),
+    }
+}
+
 /// # Safety
 /// `info` must be a live `OrtTensorTypeAndShapeInfo`.
 pub unsafe fn tensor_info(
@@ -114,7 +127,7 @@ pub unsafe fn tensor_info(
         },
         "GetTensorElementType",
     )?;
-    let dtype = DataType::from_onnx(elem);
+    let dtype = dtype_from_ort(elem);
     let mut rank = 0usize;
     // SAFETY: live handle.
     api.check(
@@ -733,6 +746,20 @@ mod tests {
 
     fn f32_bytes(v: &[f32]) -> Vec<u8> {
         v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn ort_element_types_map_to_onnx_types() {
+        // ORT's enum matches ONNX's up to 23, then orders the newest types differently
+        assert_eq!(dtype_from_ort(1), Some(DataType::Float));
+        assert_eq!(dtype_from_ort(17), Some(DataType::Float8E4M3FN));
+        assert_eq!(dtype_from_ort(22), Some(DataType::Int4));
+        assert_eq!(dtype_from_ort(23), Some(DataType::Float4E2M1));
+        assert_eq!(dtype_from_ort(24), Some(DataType::Uint2));
+        assert_eq!(dtype_from_ort(25), Some(DataType::Int2));
+        assert_eq!(dtype_from_ort(26), Some(DataType::Float8E8M0));
+        assert_eq!(dtype_from_ort(27), None);
+        assert_eq!(dtype_from_ort(0), None);
     }
 
     /// x[batch,4] + w -> a; Foo(a, <absent>, outer_v) -> y (every attribute kind);

@@ -100,7 +100,7 @@ pub struct ClaimRecord<'a> {
 
 impl ClaimRecord<'_> {
     /// The record as one JSON object (no trailing newline).
-    pub fn to_json(&self) -> String {
+    pub fn to_json(self) -> String {
         let mut out = String::from("{");
         for (key, value) in [
             ("graph", self.graph),

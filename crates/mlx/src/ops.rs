@@ -550,6 +550,12 @@ pub fn sort(a: &Array, axis: i32, s: &Stream) -> Result<Array> {
     call!(mlx_sort_axis(a.raw, axis, s.raw))
 }
 
+/// The array's bytes reinterpreted as `dtype` (a bit cast; same element size keeps the shape).
+#[track_caller]
+pub fn view(a: &Array, dtype: Dtype, s: &Stream) -> Result<Array> {
+    call!(mlx_view(a.raw, dtype.to_raw(), s.raw))
+}
+
 /// Indices that sort along an axis.
 #[track_caller]
 pub fn argsort(a: &Array, axis: i32, s: &Stream) -> Result<Array> {
@@ -633,4 +639,10 @@ scatter! {
     scatter_max => mlx_scatter_max;
     /// As [`scatter`], keeping the minimum.
     scatter_min => mlx_scatter_min;
+}
+
+/// Determinants of the square matrices in the last two axes (MLX runs it on the CPU only).
+#[track_caller]
+pub fn linalg_det(a: &Array, s: &Stream) -> Result<Array> {
+    call!(mlx_linalg_det(a.raw, s.raw))
 }

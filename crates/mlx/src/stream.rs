@@ -125,6 +125,36 @@ impl Stream {
         Ok(s)
     }
 
+    /// A new stream on `device` that any thread may use (MLX's other streams are
+    /// thread-affine: evaluating on one from another thread fails). MLX does not synchronise
+    /// it: the caller must keep two threads from using it at once.
+    pub fn new_thread_unsafe(device: &Device) -> Stream {
+        install_error_handler();
+        // SAFETY: valid device handle.
+        Stream {
+            raw: unsafe { sys::mlx_stream_new_thread_unsafe(device.raw) },
+        }
+    }
+
+    /// Makes this stream the calling thread's default for its device, so that MLX code asking
+    /// for the default stream (instead of creating the thread's own, with a CPU worker thread
+    /// that outlives the calling thread) gets it.
+    pub fn set_as_thread_default(&self) -> Result<()> {
+        // SAFETY: valid handle.
+        check(unsafe { sys::mlx_set_default_stream(self.raw) })
+    }
+
+    /// Another handle to the same stream.
+    pub fn try_clone(&self) -> Result<Stream> {
+        install_error_handler();
+        // SAFETY: a fresh handle, then set to this one's stream; freed by Drop.
+        let mut s = Stream {
+            raw: unsafe { sys::mlx_stream_new() },
+        };
+        check(unsafe { sys::mlx_stream_set(&mut s.raw, self.raw) })?;
+        Ok(s)
+    }
+
     /// Waits until every queued operation on the stream has finished.
     pub fn synchronize(&self) -> Result<()> {
         // SAFETY: valid handle.

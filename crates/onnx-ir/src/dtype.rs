@@ -50,11 +50,17 @@ pub enum DataType {
     Int4 = 22,
     /// float4 e2m1, packed two per byte.
     Float4E2M1 = 23,
+    /// float8 e8m0 (a power of two: exponent bits only, no sign).
+    Float8E8M0 = 24,
+    /// Unsigned 2-bit integer, packed four per byte.
+    Uint2 = 25,
+    /// Signed 2-bit integer, packed four per byte.
+    Int2 = 26,
 }
 
 impl DataType {
     /// Every element type, in discriminant order.
-    pub const ALL: [DataType; 23] = [
+    pub const ALL: [DataType; 26] = [
         DataType::Float,
         DataType::Uint8,
         DataType::Int8,
@@ -78,6 +84,9 @@ impl DataType {
         DataType::Uint4,
         DataType::Int4,
         DataType::Float4E2M1,
+        DataType::Float8E8M0,
+        DataType::Uint2,
+        DataType::Int2,
     ];
 
     /// The type for an ONNX `TensorProto.DataType` value, if known.
@@ -94,14 +103,24 @@ impl DataType {
     pub fn size_in_bytes(self) -> Option<usize> {
         use DataType::*;
         match self {
-            Bool | Uint8 | Int8 | Float8E4M3FN | Float8E4M3FNUZ | Float8E5M2 | Float8E5M2FNUZ => {
-                Some(1)
-            }
+            Bool | Uint8 | Int8 | Float8E4M3FN | Float8E4M3FNUZ | Float8E5M2 | Float8E5M2FNUZ
+            | Float8E8M0 => Some(1),
             Uint16 | Int16 | Float16 | BFloat16 => Some(2),
             Float | Int32 | Uint32 => Some(4),
             Double | Int64 | Uint64 | Complex64 => Some(8),
             Complex128 => Some(16),
-            String | Uint4 | Int4 | Float4E2M1 => None,
+            String | Uint4 | Int4 | Float4E2M1 | Uint2 | Int2 => None,
+        }
+    }
+
+    /// Bits per element of the packed sub-byte types (several elements per byte, the first in
+    /// the lowest bits); `None` for the others.
+    pub fn packed_bits(self) -> Option<u32> {
+        use DataType::*;
+        match self {
+            Uint4 | Int4 | Float4E2M1 => Some(4),
+            Uint2 | Int2 => Some(2),
+            _ => None,
         }
     }
 
@@ -157,6 +176,9 @@ impl DataType {
             Uint4 => "uint4",
             Int4 => "int4",
             Float4E2M1 => "float4e2m1",
+            Float8E8M0 => "float8e8m0",
+            Uint2 => "uint2",
+            Int2 => "int2",
         }
     }
 }
@@ -180,6 +202,7 @@ mod tests {
         assert_eq!(DataType::from_onnx(99), None);
         assert_eq!(DataType::Float.to_onnx(), 1);
         assert_eq!(DataType::BFloat16.to_onnx(), 16);
+        assert_eq!(DataType::from_onnx(26), Some(DataType::Int2));
     }
 
     #[test]

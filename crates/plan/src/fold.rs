@@ -437,7 +437,8 @@ fn fold_ints(
                 return None;
             }
             let n = ((l as f64 - s as f64) / d as f64).ceil().max(0.0);
-            if !(n <= limit as f64) {
+            // NaN (from infinite bounds) and counts above the limit fold to nothing.
+            if n.is_nan() || n > limit as f64 {
                 return None;
             }
             let n = n as i64;

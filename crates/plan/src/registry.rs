@@ -207,10 +207,12 @@ pub const FLOAT64_OPS: &[&str] = &[
     "CumSum",
     "Div",
     "Dropout",
+    "Einsum",
     "Elu",
     "Equal",
     "Exp",
     "Expand",
+    "EyeLike",
     "Flatten",
     "Floor",
     "Gather",
@@ -296,8 +298,11 @@ pub(crate) fn dtype_note(dt: DataType) -> &'static str {
         | DataType::Float8E5M2
         | DataType::Float8E5M2FNUZ
         | DataType::Float4E2M1
+        | DataType::Float8E8M0
         | DataType::Int4
-        | DataType::Uint4 => " (no exact MLX equivalent)",
+        | DataType::Uint4
+        | DataType::Int2
+        | DataType::Uint2 => " (no MLX dtype; only Cast and (De)QuantizeLinear convert it)",
         _ => "",
     }
 }

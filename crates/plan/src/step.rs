@@ -21,6 +21,7 @@ use onnx_ir::DataType;
 mod conv_transpose;
 mod cumulative;
 mod gather_scatter;
+mod host_compute;
 mod resize_interp;
 
 pub use conv_transpose::{
@@ -30,8 +31,9 @@ pub use cumulative::{CumOp, cumulative_axis};
 pub use gather_scatter::{
     DimRule, ScatterOp, dims_target, gather_slice_sizes, iota_i32, nonzero_coords,
 };
+pub use host_compute::{HostValue, UniqueResult, WindowKind, cosine_window, unique};
 pub use resize_interp::{
-    InterpArgs, InterpAxis, InterpCoordinates, InterpMode, InterpSpec, cubic_coeffs,
+    AspectPolicy, InterpArgs, InterpAxis, InterpCoordinates, InterpMode, InterpSpec, cubic_coeffs,
     interpolated_axes, resize_output, source_coordinate,
 };
 
@@ -1444,8 +1446,8 @@ pub struct ResizeSpec {
     pub sizes: Option<ShapeSource>,
     /// Opset 18 `axes` (normalised when the rank was known); `None` means every axis.
     pub axes: Option<Vec<i64>>,
-    /// Opset 18 `keep_aspect_ratio_policy` is `stretch` (others are declined at plan time).
-    pub stretch: bool,
+    /// Opset 18 `keep_aspect_ratio_policy` (applies to `sizes`).
+    pub policy: AspectPolicy,
 }
 
 impl fmt::Debug for ResizeSpec {
@@ -1485,29 +1487,23 @@ impl ResizeSpec {
             (None, Some(s)) => Some(s.get(host)?).filter(|v| !v.is_empty()),
             _ => None,
         };
+        // ORT's output sizes (float32 products, the aspect-ratio policy) and scales.
+        let (out_shape, scales) = resize_output(
+            input_shape,
+            &axes,
+            scales.as_deref(),
+            sizes.as_deref(),
+            self.policy,
+        )?;
+        // ORT copies the input when no dim changes size, whatever the scales.
+        if out_shape == input_shape {
+            return Ok(Vec::new());
+        }
         let mut out = Vec::new();
-        for (j, &ax) in axes.iter().enumerate() {
-            let in_dim = input_shape[ax];
-            let (out_dim, scale) = match (&sizes, &scales) {
-                (Some(sz), _) => {
-                    let o = *sz.get(j).ok_or("Resize sizes has too few entries")?;
-                    // ORT computes the scale in float32 (output / input).
-                    (o, o as f32 / in_dim as f32)
-                }
-                (None, Some(sc)) => {
-                    let s = *sc.get(j).ok_or("Resize scales has too few entries")?;
-                    if s <= 0.0 {
-                        return Err(format!("Resize scale {s} must be positive"));
-                    }
-                    // ORT truncates the float32 product (0.7 * 10 gives 7, not 6).
-                    (((s as f32) * in_dim as f32) as i64, s as f32)
-                }
-                (None, None) => return Err("Resize needs scales or sizes".into()),
-            };
-            if out_dim < 0 {
-                return Err(format!("Resize output size {out_dim} is negative"));
-            }
-            if out_dim == in_dim && scale == 1.0 {
+        for ax in 0..rank {
+            let (in_dim, out_dim, scale) = (input_shape[ax], out_shape[ax], scales[ax]);
+            // A scale of 1 maps each position to itself.
+            if scale == 1.0 && out_dim == in_dim {
                 continue;
             }
             let idx = nearest_indices(
@@ -1518,31 +1514,6 @@ impl ResizeSpec {
                 self.nearest_mode,
             );
             out.push((ax as i32, idx));
-        }
-        if let Some(sz) = &sizes
-            && sz.len() != axes.len()
-        {
-            return Err(format!(
-                "Resize sizes has {} entries for {} axes",
-                sz.len(),
-                axes.len()
-            ));
-        }
-        if let Some(sc) = &scales
-            && sc.len() != axes.len()
-        {
-            return Err(format!(
-                "Resize scales has {} entries for {} axes",
-                sc.len(),
-                axes.len()
-            ));
-        }
-        // ORT copies the input when no dim changes size, whatever the scales.
-        if out
-            .iter()
-            .all(|(ax, idx)| idx.len() as i64 == input_shape[*ax as usize])
-        {
-            return Ok(Vec::new());
         }
         Ok(out)
     }
@@ -1572,31 +1543,8 @@ pub fn nearest_indices(
     (0..out_dim)
         .map(|o| {
             let o = o as f32;
-            let x = match ct {
-                CoordinateTransform::HalfPixel => (o + 0.5) / scale - 0.5,
-                CoordinateTransform::HalfPixelSymmetric => {
-                    let adj = out_f / (scale * in_f);
-                    let center = in_f / 2.0;
-                    let offset = center * (1.0 - adj);
-                    offset + (o + 0.5) / scale - 0.5
-                }
-                CoordinateTransform::PytorchHalfPixel => {
-                    if out_dim > 1 {
-                        (o + 0.5) / scale - 0.5
-                    } else {
-                        0.0
-                    }
-                }
-                CoordinateTransform::AlignCorners => {
-                    if out_dim > 1 {
-                        o * (in_f - 1.0) / (out_f - 1.0)
-                    } else {
-                        0.0
-                    }
-                }
-                CoordinateTransform::Asymmetric => o / scale,
-                CoordinateTransform::TfHalfPixelForNearest => (o + 0.5) / scale,
-            };
+            // ORT's formulas (half_pixel_symmetric partly in double precision).
+            let x = source_coordinate(Some(ct), o, scale, out_f, in_f, 0.0, 1.0);
             let half = x.fract().abs() == 0.5;
             let r = match mode {
                 NearestMode::RoundPreferFloor if half => x.floor(),
@@ -1970,6 +1918,16 @@ pub enum Step {
         /// Output.
         out: Slot,
     },
+    /// `out = mlx_view(x, dtype)`: x's bytes reinterpreted as `dtype` of the same width
+    /// (ONNX `BitCast`; float bit manipulation).
+    View {
+        /// Input.
+        x: Slot,
+        /// The element type to read the bytes as (same size as x's).
+        dtype: DataType,
+        /// Output.
+        out: Slot,
+    },
     /// `out = mlx_triu(x, k)` when `upper`, else `mlx_tril(x, k)` (ONNX `Trilu`).
     Triangle {
         /// Input (rank >= 2; the last two dims are the matrix).
@@ -2175,6 +2133,43 @@ pub enum Step {
         /// Output (int64).
         out: Slot,
     },
+    /// ONNX `HannWindow` / `HammingWindow` / `BlackmanWindow` of a size read on the host: an
+    /// array made from `cosine_window(kind, size.get(host)[0], periodic, dtype)`.
+    Window {
+        /// Which window.
+        kind: WindowKind,
+        /// The window length.
+        size: ShapeSource,
+        /// Periodic (`N` in the denominator) or symmetric (`N - 1`).
+        periodic: bool,
+        /// Output dtype.
+        dtype: DataType,
+        /// Output.
+        out: Slot,
+    },
+    /// `out = mlx_linalg_det(x)` on the CPU stream (MLX's linear algebra runs on the CPU only);
+    /// `x` is float32 `[..., n, n]`.
+    Det {
+        /// Square matrices.
+        x: Slot,
+        /// Determinants.
+        out: Slot,
+    },
+    /// ONNX `Unique`, on the host: reads `x` (`HostReader::ints` for integer and bool types,
+    /// `floats` for floats), computes `unique(dtype, x.shape, values, axis, sorted)` and makes
+    /// arrays of its four results for `outs` (Y, indices, inverse_indices, counts).
+    Unique {
+        /// Input.
+        x: Slot,
+        /// Its dtype (Y's).
+        dtype: DataType,
+        /// Slices along this axis, or the flattened elements.
+        axis: Option<usize>,
+        /// Sorted ascending, or in order of first occurrence.
+        sorted: bool,
+        /// The four outputs.
+        outs: Vec<Slot>,
+    },
     /// A run-time requirement on values (ORT's kernels check them; MLX doesn't): the run fails
     /// with "node '<node>' (<op>): `what`" unless every element of `ok` (bool) is true. `out`
     /// is `all(ok)` (bool scalar); the runtime folds it into the run's status, evaluated with
@@ -2246,6 +2241,7 @@ impl Step {
             | PoolDivisor { x, .. }
             | Shape { x, .. }
             | CumSum { x, .. }
+            | View { x, .. }
             | Triangle { x, .. } => f(x),
             Cumulative { x, axis, .. } => {
                 f(x);
@@ -2460,6 +2456,8 @@ impl Step {
                 f(x);
                 spec.map_slots(f);
             }
+            Window { size, .. } => src(size, f),
+            Det { x, .. } | Unique { x, .. } => f(x),
             AttentionEx {
                 q,
                 k,
@@ -2515,6 +2513,7 @@ impl Step {
             | Arange { out, .. }
             | CumSum { out, .. }
             | Cumulative { out, .. }
+            | View { out, .. }
             | Triangle { out, .. }
             | Tile { out, .. }
             | QuantizedMatmul { out, .. }
@@ -2529,7 +2528,10 @@ impl Step {
             | Gather { out, .. }
             | ResizeInterp { out, .. }
             | Require { out, .. }
-            | NonZero { out, .. } => f(out),
+            | NonZero { out, .. }
+            | Window { out, .. }
+            | Det { out, .. } => f(out),
+            Unique { outs, .. } => outs.iter_mut().for_each(f),
         }
     }
 
@@ -2553,6 +2555,7 @@ impl Step {
             | Split { x, .. }
             | CumSum { x, .. }
             | Cumulative { x, .. }
+            | View { x, .. }
             | Triangle { x, .. }
             | Tile { x, .. } => vec![*x],
             Binary { a, b, .. } | MatMul { a, b, .. } => vec![*a, *b],
@@ -2619,7 +2622,12 @@ impl Step {
             }
             Iota { like, .. } => vec![*like],
             ConvTranspose { x, w, .. } => vec![*x, *w],
-            ArgSort { x, .. } | ResizeInterp { x, .. } | NonZero { x, .. } => vec![*x],
+            ArgSort { x, .. }
+            | ResizeInterp { x, .. }
+            | NonZero { x, .. }
+            | Det { x, .. }
+            | Unique { x, .. } => vec![*x],
+            Window { .. } => vec![],
             Require { ok, .. } => vec![*ok],
             Scatter {
                 x,
@@ -2695,6 +2703,7 @@ impl Step {
             | Arange { out, .. }
             | CumSum { out, .. }
             | Cumulative { out, .. }
+            | View { out, .. }
             | Triangle { out, .. }
             | Tile { out, .. }
             | QuantizedMatmul { out, .. }
@@ -2709,7 +2718,10 @@ impl Step {
             | Gather { out, .. }
             | ResizeInterp { out, .. }
             | Require { out, .. }
-            | NonZero { out, .. } => vec![*out],
+            | NonZero { out, .. }
+            | Window { out, .. }
+            | Det { out, .. } => vec![*out],
+            Unique { outs, .. } => outs.clone(),
         }
     }
 
@@ -2760,7 +2772,8 @@ impl Step {
                 v
             }
             ResizeInterp { spec, .. } => spec.host_reads(),
-            NonZero { x, .. } => vec![*x],
+            NonZero { x, .. } | Unique { x, .. } => vec![*x],
+            Window { size, .. } => size.dynamic_slot().into_iter().collect(),
             _ => Vec::new(),
         }
     }
@@ -2785,6 +2798,7 @@ impl Step {
             | LayerNorm { .. }
             | RmsNorm { .. }
             | CumSum { .. }
+            | View { .. }
             | Triangle { .. }
             | ArgReduce { .. }
             | QuantizedMatmul { .. }

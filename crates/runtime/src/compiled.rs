@@ -105,9 +105,6 @@ pub(crate) struct CompiledCache {
     prefill: Lru<ShapeKey, Closure>,
     general: Lru<ShapeKey, Closure>,
     stats: CacheStats,
-    /// The thread whose stream the closures were traced on (MLX streams are thread-affine):
-    /// runs from other threads go eager.
-    owner: Option<std::thread::ThreadId>,
 }
 
 /// Default capacity of the prefill cache.
@@ -130,7 +127,6 @@ impl CompiledCache {
             prefill: Lru::new(capacity.unwrap_or(PREFILL_CAPACITY)),
             general: Lru::new(capacity.unwrap_or(GENERAL_CAPACITY)),
             stats: CacheStats::default(),
-            owner: None,
         }
     }
 
@@ -145,16 +141,6 @@ impl CompiledCache {
     pub(crate) fn slot_for(&mut self, shapes: &[Vec<i64>]) -> Option<CompileSlot> {
         if !self.enabled || self.class == CompileClass::Eager {
             return None;
-        }
-        let me = std::thread::current().id();
-        match self.owner {
-            None => self.owner = Some(me),
-            Some(owner) if owner != me => {
-                // The closures hold the owner thread's stream: run eagerly on this one.
-                self.stats.eager_fallbacks += 1;
-                return None;
-            }
-            Some(_) => {}
         }
         let slot = match self
             .seq_input

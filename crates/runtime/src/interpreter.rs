@@ -127,6 +127,12 @@ impl HostReader for Host<'_> {
     }
 }
 
+/// An array of a host-computed tensor.
+fn host_array(t: &onnx_ir::TensorData) -> Result<Array, RuntimeError> {
+    let shape = to_i32s(&t.dims, "host tensor dim")?;
+    Array::from_bytes(&t.bytes, &shape, to_mlx(t.dtype)?).map_err(err)
+}
+
 fn unary(op: UnaryOp, x: &Array, s: &Stream) -> mlx::Result<Array> {
     use UnaryOp::*;
     match op {
@@ -508,6 +514,7 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
         Triangle {
             x, upper: false, k, ..
         } => ops::tril(slots.get(*x)?, *k, s).map_err(err)?,
+        View { x, dtype, .. } => ops::view(slots.get(*x)?, to_mlx(*dtype)?, s).map_err(err)?,
         Cumulative {
             op,
             x,
@@ -597,6 +604,47 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
             let nonzero: Vec<bool> = values.iter().map(|v| *v != 0.0).collect();
             let (dims, data) = plan::step::nonzero_coords(&shape, &nonzero).map_err(err)?;
             Array::from_slice(&data, &to_i32s(&dims, "NonZero shape")?).map_err(err)?
+        }
+        Window {
+            kind,
+            size,
+            periodic,
+            dtype,
+            ..
+        } => {
+            let n = size.get(&mut Host { slots }).map_err(err)?;
+            let n = *n
+                .first()
+                .ok_or_else(|| RuntimeError("window size is empty".into()))?;
+            let t = plan::step::cosine_window(*kind, n, *periodic, *dtype).map_err(err)?;
+            host_array(&t)?
+        }
+        Det { x, .. } => {
+            // MLX's linear algebra runs on the CPU stream only.
+            ops::linalg_det(slots.get(*x)?, &Stream::default_cpu()).map_err(err)?
+        }
+        Unique {
+            x,
+            dtype,
+            axis,
+            sorted,
+            outs,
+        } => {
+            let shape = shape_i64(slots.get(*x)?);
+            let mut host = Host { slots };
+            let values: Vec<plan::step::HostValue> = if dtype.is_float() {
+                let v = host.floats(*x).map_err(err)?;
+                v.into_iter().map(plan::step::HostValue::Float).collect()
+            } else {
+                let v = host.ints(*x).map_err(err)?;
+                v.into_iter().map(plan::step::HostValue::Int).collect()
+            };
+            let r = plan::step::unique(*dtype, &shape, &values, *axis, *sorted).map_err(err)?;
+            let results = [&r.y, &r.indices, &r.inverse, &r.counts];
+            for (slot, t) in outs.iter().zip(results) {
+                slots.set(*slot, host_array(t)?);
+            }
+            return Ok(());
         }
         QuantizedMatmul {
             x,

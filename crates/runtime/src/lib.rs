@@ -11,11 +11,13 @@ mod dtype;
 mod empty_reduce;
 mod guard;
 mod interpreter;
+mod lanes;
+mod packed;
 
 use std::sync::Arc;
 
 use initializer_pool::{InitializerKey, InitializerPool};
-use mlx::{Array, Device, FrozenArray, Stream};
+use mlx::{Array, FrozenArray, Stream};
 use onnx_ir::{DataType, TensorData};
 use parking_lot::Mutex;
 use plan::{Plan, Slot};
@@ -100,11 +102,16 @@ pub struct OutputTensor {
     /// Dimensions.
     pub dims: Vec<i64>,
     array: Array,
+    /// The packed bytes of a sub-byte type (int4, int2, ...), which MLX holds one per byte.
+    packed: Option<Vec<u8>>,
 }
 
 impl OutputTensor {
-    /// Element bytes, row-major and contiguous.
+    /// Element bytes, row-major and contiguous (packed for the sub-byte types).
     pub fn data(&self) -> &[u8] {
+        if let Some(p) = &self.packed {
+            return p;
+        }
         // The array was made contiguous and evaluated when the output was built.
         self.array.as_bytes().unwrap_or(&[])
     }
@@ -112,10 +119,6 @@ impl OutputTensor {
 
 /// Mutable per-run state, used by one thread at a time (behind the run gate and a lock).
 struct RunState {
-    /// The stream of `stream_thread` (MLX 0.32's streams are thread-affine: each thread has
-    /// its own default stream per device, and a stream can't be used from another thread).
-    stream: Stream,
-    stream_thread: std::thread::ThreadId,
     compiled: CompiledCache,
 }
 
@@ -221,13 +224,15 @@ impl Program {
 pub struct Executable {
     program: Arc<Program>,
     device: DeviceKind,
+    /// The streams runs execute on (see `lanes`).
+    lane: &'static lanes::Lane,
     gate: RunGate,
     state: Mutex<RunState>,
 }
 
 fn constant_array(t: &TensorData) -> Result<FrozenArray, RuntimeError> {
     let shape = dims_i32(&t.dims)?;
-    FrozenArray::new(Array::from_bytes(&t.bytes, &shape, to_mlx(t.dtype)?)?).map_err(Into::into)
+    FrozenArray::new(packed::array_from_bytes(&t.bytes, &shape, t.dtype)?).map_err(Into::into)
 }
 
 fn dims_i32(dims: &[i64]) -> Result<Vec<i32>, RuntimeError> {
@@ -279,10 +284,6 @@ impl Executable {
             DeviceKind::Gpu if !uses_f64 && gpu_available() => DeviceKind::Gpu,
             _ => DeviceKind::Cpu,
         };
-        let stream = Stream::default_for(&match device {
-            DeviceKind::Gpu => Device::gpu(),
-            DeviceKind::Cpu => Device::cpu(),
-        })?;
         let program = Program {
             release_after: release_schedule(&plan),
             guarded: plan.steps.iter().any(|step| guard::may_flag(&plan, step)),
@@ -300,13 +301,11 @@ impl Executable {
         Ok(Executable {
             program: Arc::new(program),
             device,
-            // Any thread may run (one at a time): each run uses its own thread's stream.
+            lane: lanes::assign(),
+            // Any thread may run, one at a time: runs execute on the lane's streams, which
+            // are not tied to a thread.
             gate: RunGate::with_policy(run_gate::Policy::AnyThreadSerialized),
-            state: Mutex::new(RunState {
-                stream,
-                stream_thread: std::thread::current().id(),
-                compiled,
-            }),
+            state: Mutex::new(RunState { compiled }),
         })
     }
 
@@ -346,11 +345,7 @@ impl Executable {
                 )));
             }
             let shape = dims_i32(tensor.dims)?;
-            arrays.push(Array::from_bytes(
-                tensor.data,
-                &shape,
-                to_mlx(tensor.dtype)?,
-            )?);
+            arrays.push(packed::array_from_bytes(tensor.data, &shape, tensor.dtype)?);
         }
         let shapes: Vec<Vec<i64>> = inputs.iter().map(|t| t.dims.to_vec()).collect();
         let host = if plan.host.is_empty() {
@@ -358,22 +353,9 @@ impl Executable {
         } else {
             plan.host.run(&shapes).map_err(RuntimeError)?
         };
-        let RunState {
-            stream,
-            stream_thread,
-            compiled,
-        } = &mut *state;
-        let me = std::thread::current().id();
-        if *stream_thread != me {
-            // A run from another thread than the last: that thread's own stream (the one made
-            // when the plan was prepared can't be used here: "There is no Stream(cpu, 0) in
-            // current thread").
-            *stream = Stream::default_for(&match self.device {
-                DeviceKind::Gpu => Device::gpu(),
-                DeviceKind::Cpu => Device::cpu(),
-            })?;
-            *stream_thread = me;
-        }
+        let lane = self.lane.enter()?;
+        let stream = lane.stream(self.device);
+        let RunState { compiled } = &mut *state;
         let outputs = match compiled.slot_for(&shapes) {
             Some(slot) => compiled.run(slot, &self.program, self.device, &arrays, host, shapes)?,
             None => self.program.trace(arrays, &host, stream)?,
@@ -397,14 +379,25 @@ impl Executable {
         }
         outputs
             .into_iter()
-            .map(|a| {
+            .zip(&plan.outputs)
+            .map(|(a, slot)| {
                 let array = a.to_contiguous(stream)?;
-                let dtype =
-                    to_onnx(array.dtype()).ok_or_else(|| RuntimeError("complex output".into()))?;
+                // the plan's type when MLX holds it as this dtype (float8 codes are uint8)
+                let declared = plan.dtype(*slot);
+                let dtype = match to_mlx(declared) {
+                    Ok(d) if d == array.dtype() => declared,
+                    _ => to_onnx(array.dtype())
+                        .ok_or_else(|| RuntimeError("complex output".into()))?,
+                };
+                let packed = match dtype.packed_bits() {
+                    Some(bits) => Some(packed::pack(bits, array.as_bytes()?)),
+                    None => None,
+                };
                 Ok(OutputTensor {
                     dtype,
                     dims: array.shape().into_iter().map(i64::from).collect(),
                     array,
+                    packed,
                 })
             })
             .collect()

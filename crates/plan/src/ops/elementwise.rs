@@ -672,9 +672,16 @@ fn cast_target(ctx: &ClaimCtx, node: &Node) -> Result<DataType, Decline> {
 }
 
 fn claim_cast(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
+    if let (Ok(from), Ok(to)) = (ctx.input_dtype(node, 0), cast_target(ctx, node))
+        && let Some(form) =
+            super::bits::float8_cast(from, to).or_else(|| super::bits::packed_cast(from, to))
+    {
+        return form.map_err(|e| Decline::new(format!("{}: {e}", node.op_type)));
+    }
     ctx.expect_dtype(node, 0, DATA)?;
     let to = cast_target(ctx, node)?;
-    if !DATA.contains(&to) && !(to == DataType::Double && crate::registry::float64_claimed(node)) {
+    let f64_ok = to == DataType::Double && crate::registry::float64_claimed(node);
+    if !DATA.contains(&to) && !f64_ok {
         decline!(
             "{}: casting to {to} is not claimed{}",
             node.op_type,
@@ -699,6 +706,14 @@ fn lower_cast(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     if from == to {
         ctx.alias(node, 0, x);
         return Ok(());
+    }
+    if super::bits::float8_cast(from, to).is_some() {
+        let out = super::bits::lower_float8_cast(ctx, node, x, from, to)?;
+        return ctx.finish(node, 0, out, to);
+    }
+    if super::bits::packed_cast(from, to).is_some() {
+        let out = super::bits::lower_packed_cast(ctx, x, from, to)?;
+        return ctx.finish(node, 0, out, to);
     }
     let out = ctx.cast(x, from, to);
     ctx.finish(node, 0, out, to)

@@ -1,5 +1,5 @@
 //! Indexing: TopK, GatherND, ScatterND, ScatterElements, Scatter, OneHot, Compress, NonZero,
-//! ReverseSequence.
+//! Unique, ReverseSequence, TensorScatter.
 
 use onnx_ir::{DataType, Node, TensorData};
 
@@ -23,7 +23,9 @@ pub fn register(r: &mut Registry) {
     r.op("", "OneHot", 9, MAX, claim_one_hot, lower_one_hot);
     r.op("", "Compress", 9, MAX, claim_compress, lower_compress);
     r.op("", "NonZero", 9, MAX, claim_non_zero, lower_non_zero);
+    r.op("", "Unique", 11, MAX, claim_unique, lower_unique);
     r.op("", "ReverseSequence", 10, MAX, claim_reverse_sequence, lower_reverse_sequence);
+    r.op("", "TensorScatter", 24, MAX, claim_tensor_scatter, lower_tensor_scatter);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -580,6 +582,47 @@ fn lower_non_zero(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     ctx.finish(node, 0, out, DataType::Int64)
 }
 
+fn claim_unique(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
+    ctx.expect_dtype(node, 0, NUMERIC)?;
+    if let Some(a) = attr_int(node, "axis").or_decline()? {
+        let r = ctx.expect_rank(node, 0)?;
+        normalize_axis(a, r).or_decline()?;
+    }
+    Ok(())
+}
+
+/// Computed on the host (data-dependent output shapes).
+fn lower_unique(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
+    let dt = ctx.input_dtype(node, 0)?;
+    let axis = match attr_int(node, "axis").or_invalid(node)? {
+        Some(a) => {
+            let r = ctx.need_rank(node, 0)?;
+            Some(normalize_axis(a, r).or_invalid(node)?)
+        }
+        None => None,
+    };
+    let sorted = attr_int(node, "sorted").or_invalid(node)?.unwrap_or(1) != 0;
+    let x = ctx.input(node, 0)?;
+    let outs = vec![
+        ctx.temp(dt),
+        ctx.temp(DataType::Int64),
+        ctx.temp(DataType::Int64),
+        ctx.temp(DataType::Int64),
+    ];
+    ctx.push(Step::Unique {
+        x,
+        dtype: dt,
+        axis,
+        sorted,
+        outs: outs.clone(),
+    });
+    for (i, o) in outs.into_iter().enumerate() {
+        let t = if i == 0 { dt } else { DataType::Int64 };
+        ctx.finish(node, i, o, t)?;
+    }
+    Ok(())
+}
+
 // ---------------------------------------------------------------------------------------------
 // ReverseSequence.
 
@@ -655,6 +698,70 @@ fn lower_reverse_sequence(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanErr
         x,
         indices: full,
         axis: time as i32,
+        out,
+    });
+    ctx.finish(node, 0, out, dt)
+}
+
+// ---------------------------------------------------------------------------------------------
+// TensorScatter.
+
+fn tensor_scatter_attrs(node: &Node, rank: usize) -> Result<(usize, bool), String> {
+    let axis = normalize_axis(axis_attr(node, -2)?, rank)?;
+    if axis == 0 {
+        return Err("TensorScatter: the sequence axis cannot be the batch axis".into());
+    }
+    let circular = match attr_str(node, "mode")?.as_deref() {
+        None | Some("linear") => false,
+        Some("circular") => true,
+        Some(m) => return Err(format!("TensorScatter: mode '{m}' is invalid")),
+    };
+    Ok((axis, circular))
+}
+
+fn claim_tensor_scatter(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
+    same_dtypes(ctx, node, 0..2, DATA)?;
+    if node.input(2).is_some() {
+        ctx.expect_dtype(node, 2, &[DataType::Int64])?;
+    }
+    let r = ctx.expect_rank(node, 0)?;
+    tensor_scatter_attrs(node, r).or_decline()?;
+    Ok(())
+}
+
+/// `update` written into `past_cache` along `axis` from `write_indices[b]` (mod the cache
+/// length in circular mode): one MLX scatter with a position array per axis.
+fn lower_tensor_scatter(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
+    let dt = ctx.input_dtype(node, 0)?;
+    let r = ctx.need_rank(node, 0)?;
+    let (axis, circular) = tensor_scatter_attrs(node, r).or_invalid(node)?;
+    let past = ctx.input(node, 0)?;
+    let update = ctx.input(node, 1)?;
+    let mut pos = ctx.iota_along(update, axis as i32, r, axis);
+    if let Some(w) = ctx.opt_input(node, 2)? {
+        let w = ctx.unsqueeze(w, (1..r as i64).collect(), DataType::Int64);
+        pos = ctx.binary(B::Add, pos, w, DataType::Int64);
+    }
+    if circular {
+        let len = ctx.dim_of(past, axis);
+        pos = ctx.binary(B::Remainder, pos, len, DataType::Int64);
+    }
+    let mut idx = Vec::with_capacity(r);
+    for d in 0..r {
+        idx.push(if d == axis {
+            pos
+        } else {
+            ctx.iota_along(update, d as i32, r, d)
+        });
+    }
+    let updates = ctx.unsqueeze(update, (r as i64..2 * r as i64).collect(), dt);
+    let out = ctx.temp(dt);
+    ctx.push(Step::Scatter {
+        op: ScatterOp::Assign,
+        x: past,
+        indices: idx,
+        updates,
+        axes: (0..r as i32).collect(),
         out,
     });
     ctx.finish(node, 0, out, dt)

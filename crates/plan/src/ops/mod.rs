@@ -7,13 +7,16 @@ use crate::plan::{LowerCtx, PlanError};
 use crate::registry::{Decline, Registry};
 use crate::step::{BinaryOp, Slot, Step, UnaryOp};
 
+pub mod bits;
 pub mod conv_transpose;
 pub mod einsum;
 pub mod elementwise;
 pub mod float64;
 pub mod generators;
+pub mod grid_sample;
 pub mod indexing;
 pub mod layout;
+pub mod linalg;
 pub mod matmul;
 pub mod microsoft;
 pub mod nn;
@@ -37,6 +40,7 @@ pub fn register_all(r: &mut Registry) {
     reduce::register(r);
     norm::register(r);
     quantize::register(r);
+    bits::register(r);
     nn::register(r);
     conv_transpose::register(r);
     indexing::register(r);
@@ -46,6 +50,8 @@ pub fn register_all(r: &mut Registry) {
     resize::register(r);
     einsum::register(r);
     pool_more::register(r);
+    linalg::register(r);
+    grid_sample::register(r);
     transformer::register(r);
     microsoft::register(r);
 }

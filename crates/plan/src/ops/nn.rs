@@ -274,8 +274,8 @@ fn claim_pool(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
             }
         }
     }
-    if node.op_type == "MaxPool" {
-        no_output(node, 1, "Indices")?;
+    if node.op_type == "MaxPool" && node.output(1).is_some() {
+        super::pool_more::claim_max_pool_indices(ctx, node, &spec)?;
     }
     Ok(())
 }
@@ -352,6 +352,10 @@ fn lower_pool(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     };
     if is_max {
         let out = reduce(ctx, ReduceOp::Max);
+        if node.output(1).is_some() {
+            let pad_lo = geometry.as_ref().map(|g| g.pad_lo.clone());
+            super::pool_more::lower_max_pool_indices(ctx, node, &spec, x, windows, pad_lo)?;
+        }
         return ctx.finish(node, 0, out, dt);
     }
     // Average: a plain mean when every window counts the full kernel.
@@ -465,15 +469,7 @@ fn claim_resize(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
     }
     ctx.expect_dtype(node, 0, DATA)?;
     resize_modes(node).or_decline()?;
-    if ctx.opset >= 18 {
-        match attr_str(node, "keep_aspect_ratio_policy")
-            .or_decline()?
-            .as_deref()
-        {
-            None | Some("stretch") => {}
-            Some(p) => decline!("Resize: keep_aspect_ratio_policy '{p}' is not claimed"),
-        }
-    }
+    super::resize::aspect_policy(node, ctx.opset).or_decline()?;
     if node.input(2).is_some() {
         ctx.expect_dtype(node, 2, &[DataType::Float])?;
     }
@@ -524,7 +520,7 @@ fn lower_resize(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
             scales,
             sizes,
             axes,
-            stretch: true,
+            policy: super::resize::aspect_policy(node, ctx.opset()).or_invalid(node)?,
         },
         out,
     });

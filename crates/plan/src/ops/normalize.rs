@@ -1,4 +1,4 @@
-//! Normalisations beyond `norm`: Hardmax, LpNormalization, MeanVarianceNormalization.
+//! Normalisations beyond `norm`: Hardmax, LpNormalization, MeanVarianceNormalization, LRN.
 
 use onnx_ir::{DataType, Node};
 
@@ -6,8 +6,8 @@ use super::*;
 use crate::decline;
 use crate::registry::ClaimCtx;
 use crate::step::{
-    ArgReduceOp, BinaryOp as B, ReduceAxes, ReduceOp, ReshapeTarget, UnaryOp as U, normalize_axes,
-    normalize_axis,
+    ArgReduceOp, BinaryOp as B, PadMode, PadSpec, ReduceAxes, ReduceOp, ReshapeTarget,
+    UnaryOp as U, WindowSpec, normalize_axes, normalize_axis,
 };
 
 /// Registers the family.
@@ -16,6 +16,7 @@ pub fn register(r: &mut Registry) {
     r.op("", "Hardmax", 1, MAX, claim_hardmax, lower_hardmax);
     r.op("", "LpNormalization", 1, MAX, claim_lp_norm, lower_lp_norm);
     r.op("", "MeanVarianceNormalization", 9, MAX, claim_mvn, lower_mvn);
+    r.op("", "LRN", 1, MAX, claim_lrn, lower_lrn);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -216,6 +217,88 @@ fn lower_mvn(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     let var = mean(ctx, d2);
     let sd = ctx.unary(U::Sqrt, var, cdt);
     let y = ctx.binary(B::Divide, d, sd, cdt);
+    let y = ctx.cast(y, cdt, dt);
+    ctx.finish(node, 0, y, dt)
+}
+
+// ---------------------------------------------------------------------------------------------
+// LRN.
+
+fn lrn_size(node: &Node) -> Result<i64, String> {
+    match attr_int(node, "size")? {
+        Some(s) if s >= 1 => Ok(s),
+        Some(s) => Err(format!("LRN: size {s} is invalid")),
+        None => Err("LRN: the 'size' attribute is missing".into()),
+    }
+}
+
+fn claim_lrn(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
+    ctx.expect_dtype(node, 0, FLOATS)?;
+    lrn_size(node).or_decline()?;
+    let r = ctx.expect_rank(node, 0)?;
+    if r < 3 {
+        decline!("LRN: input rank {r} is below 3");
+    }
+    Ok(())
+}
+
+/// `y = x * (bias + alpha / size * sum(x^2 over the channel window))^-beta` in float32 (ORT's
+/// form), the window `[c - floor((size-1)/2), c + ceil((size-1)/2)]` zero-padded.
+fn lower_lrn(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
+    let dt = ctx.input_dtype(node, 0)?;
+    let cdt = compute_dtype(dt);
+    let r = ctx.need_rank(node, 0)?;
+    let size = lrn_size(node).or_invalid(node)?;
+    let alpha = attr_float(node, "alpha").or_invalid(node)?.unwrap_or(1e-4);
+    let beta = attr_float(node, "beta").or_invalid(node)?.unwrap_or(0.75);
+    let bias = attr_float(node, "bias").or_invalid(node)?.unwrap_or(1.0);
+    let x0 = ctx.input(node, 0)?;
+    let x = ctx.cast(x0, dt, cdt);
+    let sq = ctx.unary(U::Square, x, cdt);
+    let pre = (size - 1) / 2;
+    let post = size - 1 - pre;
+    let zero = ctx.scalar(cdt, 0.0)?;
+    let padded = ctx.temp(cdt);
+    ctx.push(Step::Pad {
+        x: sq,
+        pads: PadSpec::Static {
+            axes: vec![1],
+            lo: vec![pre as i32],
+            hi: vec![post as i32],
+        },
+        mode: PadMode::Constant,
+        value: zero,
+        out: padded,
+    });
+    // Windows over [C, *spatial]: `size` channels by one element of each spatial dim.
+    let d = r - 1;
+    let mut kernel = vec![1i64; d];
+    kernel[0] = size;
+    let windows = ctx.temp(cdt);
+    ctx.push(Step::Windows {
+        x: padded,
+        spec: WindowSpec {
+            kernel,
+            strides: vec![1; d],
+            dilations: vec![1; d],
+        },
+        out: windows,
+    });
+    let sum = ctx.temp(cdt);
+    ctx.push(Step::Reduce {
+        op: ReduceOp::Sum,
+        x: windows,
+        axes: ReduceAxes::Static((r as i64..(r + d) as i64).collect()),
+        keepdims: false,
+        out: sum,
+    });
+    let aos = ctx.scalar(cdt, (alpha / size as f32) as f64)?;
+    let b = ctx.scalar(cdt, bias as f64)?;
+    let scaled = ctx.binary(B::Multiply, sum, aos, cdt);
+    let scale = ctx.binary(B::Add, scaled, b, cdt);
+    let nb = ctx.scalar(cdt, -(beta as f64))?;
+    let p = ctx.binary(B::Power, scale, nb, cdt);
+    let y = ctx.binary(B::Multiply, x, p, cdt);
     let y = ctx.cast(y, cdt, dt);
     ctx.finish(node, 0, y, dt)
 }

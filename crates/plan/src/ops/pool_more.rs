@@ -1,4 +1,4 @@
-//! More pooling: LpPool, GlobalLpPool, MaxUnpool.
+//! More pooling: LpPool, GlobalLpPool, MaxUnpool, and MaxPool's Indices output.
 
 use onnx_ir::{DataType, Node};
 
@@ -276,4 +276,117 @@ fn lower_max_unpool(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
         out,
     });
     ctx.finish(node, 0, out, dt)
+}
+
+// ---------------------------------------------------------------------------------------------
+// MaxPool Indices.
+
+fn storage_order(node: &Node) -> Result<bool, String> {
+    match attr_int(node, "storage_order")?.unwrap_or(0) {
+        0 => Ok(false),
+        1 => Ok(true),
+        v => Err(format!("MaxPool: storage_order {v} is invalid")),
+    }
+}
+
+/// MaxPool's Indices output needs the low padding at plan time (explicit pads, or an input
+/// whose spatial dims are fixed).
+pub(crate) fn claim_max_pool_indices(
+    ctx: &ClaimCtx,
+    node: &Node,
+    spec: &PoolSpec,
+) -> Result<(), Decline> {
+    storage_order(node).or_decline()?;
+    if !matches!(spec.padding, AutoPad::Explicit { .. }) {
+        let fixed = node
+            .input(0)
+            .and_then(|x| ctx.graph.value(x))
+            .and_then(|v| v.fixed_shape())
+            .is_some();
+        if !fixed {
+            decline!("MaxPool: Indices with auto_pad need the input's spatial dims");
+        }
+    }
+    Ok(())
+}
+
+/// The flat input position of each window's first maximum: `(n * C + c) * S + spatial`, the
+/// spatial offset row-major (`storage_order` 0) or column-major (1), as ORT computes it.
+pub(crate) fn lower_max_pool_indices(
+    ctx: &mut LowerCtx,
+    node: &Node,
+    spec: &PoolSpec,
+    x: Slot,
+    windows: Slot,
+    pad_lo: Option<Vec<i64>>,
+) -> Result<(), PlanError> {
+    let dt = ctx.input_dtype(node, 0)?;
+    let d = spec.kernel.len();
+    let r = d + 2;
+    let pad_lo = match (pad_lo, &spec.padding) {
+        (Some(p), _) => p,
+        (None, AutoPad::Explicit { lo, .. }) => lo.clone(),
+        _ => invalid!(node, "the padding of MaxPool Indices is unknown"),
+    };
+    let column_major = storage_order(node).or_invalid(node)?;
+    // [N, C, *out, *kernel] -> [N, C, *out, K] -> first argmax over K.
+    let mut rules: Vec<crate::step::DimRule> = (0..r).map(crate::step::DimRule::copy).collect();
+    rules.push(crate::step::DimRule::product(
+        &(r..r + d).collect::<Vec<_>>(),
+    ));
+    let flat = ctx.temp(dt);
+    ctx.push(Step::Reshape {
+        x: windows,
+        target: ReshapeTarget::Dims(rules),
+        out: flat,
+    });
+    let j = ctx.temp(DataType::Uint32);
+    ctx.push(Step::ArgReduce {
+        op: crate::step::ArgReduceOp::ArgMax,
+        x: flat,
+        axis: r as i32,
+        keepdims: false,
+        out: j,
+    });
+    let j = ctx.cast(j, DataType::Uint32, DataType::Int64);
+    let i64s = |ctx: &mut LowerCtx, v: i64| ctx.scalar(DataType::Int64, v as f64);
+    let mut pos = Vec::with_capacity(d);
+    let mut lens = Vec::with_capacity(d);
+    for (i, &lo_i) in pad_lo.iter().enumerate().take(d) {
+        let inner: i64 = spec.kernel[i + 1..].iter().product();
+        let div = i64s(ctx, inner)?;
+        let k = i64s(ctx, spec.kernel[i])?;
+        let q = ctx.binary(B::FloorDivide, j, div, DataType::Int64);
+        let ki = ctx.binary(B::Remainder, q, k, DataType::Int64);
+        let o = ctx.iota_along(j, (2 + i) as i32, r, 2 + i);
+        let s = i64s(ctx, spec.strides[i])?;
+        let dil = i64s(ctx, spec.dilations[i])?;
+        let lo = i64s(ctx, lo_i)?;
+        let os = ctx.binary(B::Multiply, o, s, DataType::Int64);
+        let start = ctx.binary(B::Subtract, os, lo, DataType::Int64);
+        let kd = ctx.binary(B::Multiply, ki, dil, DataType::Int64);
+        pos.push(ctx.binary(B::Add, start, kd, DataType::Int64));
+        lens.push(ctx.dim_of(x, 2 + i));
+    }
+    // Horner over the spatial dims, outermost first (row-major) or innermost first.
+    let order: Vec<usize> = if column_major {
+        (0..d).rev().collect()
+    } else {
+        (0..d).collect()
+    };
+    let mut spatial = pos[order[0]];
+    let mut size = lens[order[0]];
+    for &i in &order[1..] {
+        let scaled = ctx.binary(B::Multiply, spatial, lens[i], DataType::Int64);
+        spatial = ctx.binary(B::Add, scaled, pos[i], DataType::Int64);
+        size = ctx.binary(B::Multiply, size, lens[i], DataType::Int64);
+    }
+    let n = ctx.iota_along(j, 0, r, 0);
+    let c = ctx.iota_along(j, 1, r, 1);
+    let channels = ctx.dim_of(x, 1);
+    let nc = ctx.binary(B::Multiply, n, channels, DataType::Int64);
+    let nc = ctx.binary(B::Add, nc, c, DataType::Int64);
+    let base = ctx.binary(B::Multiply, nc, size, DataType::Int64);
+    let index = ctx.binary(B::Add, base, spatial, DataType::Int64);
+    ctx.finish(node, 1, index, DataType::Int64)
 }

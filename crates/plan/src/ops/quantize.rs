@@ -1,8 +1,9 @@
 //! Linear quantization: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear.
 //!
-//! Integer quantized types only (int8, uint8, int16, uint16; int32 for DequantizeLinear's
-//! input); float8, int4 and int2 have no MLX type and stay on ORT. Arithmetic follows ORT's
-//! CPU kernels, in float32:
+//! Integer quantized types (int8, uint8, int16, uint16, and int4, uint4, int2, uint2, which
+//! the runtime holds one value per byte; int32 for DequantizeLinear's input) and the float8
+//! types (with a zero point that is absent or a constant zero, as ONNX requires; converted as
+//! Cast does, see `bits`). Arithmetic follows ORT's CPU kernels, in float32:
 //!
 //! - `DequantizeLinear`: `y = float(int32(x) - int32(zero_point)) * scale`;
 //! - `QuantizeLinear`: `y = saturate(round_half_even(x / scale) + zero_point)`;
@@ -26,9 +27,9 @@ use crate::step::{BinaryOp as B, ReduceAxes, ReduceOp, ReshapeTarget, ShapeSourc
 #[rustfmt::skip]
 pub fn register(r: &mut Registry) {
     r.op("", "QuantizeLinear", 10, MAX, claim_quantize, lower_quantize)
-        .notes("int8/uint8/int16/uint16 outputs; float32 input and scale");
+        .notes("8/16/4/2-bit integer outputs; float32 input and scale");
     r.op("", "DequantizeLinear", 10, MAX, claim_dequantize, lower_dequantize)
-        .notes("int8/uint8/int16/uint16/int32 inputs; float32 scale");
+        .notes("8/16/32/4/2-bit integer and float8 inputs");
     r.op("", "DynamicQuantizeLinear", 11, MAX, claim_dynamic, lower_dynamic);
 }
 
@@ -39,6 +40,11 @@ fn q_range(dt: DataType) -> Option<(f64, f64)> {
         DataType::Uint8 => (0.0, 255.0),
         DataType::Int16 => (-32768.0, 32767.0),
         DataType::Uint16 => (0.0, 65535.0),
+        // held one value per byte (the runtime packs and unpacks)
+        DataType::Int4 => (-8.0, 7.0),
+        DataType::Uint4 => (0.0, 15.0),
+        DataType::Int2 => (-2.0, 1.0),
+        DataType::Uint2 => (0.0, 3.0),
         _ => return None,
     })
 }
@@ -116,14 +122,17 @@ fn claim_quantize(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
     {
         decline!("QuantizeLinear: the zero point's type differs from output_dtype");
     }
-    if q_range(q).is_none() {
-        decline!(
-            "QuantizeLinear: quantizing to {q} is not claimed (int8, uint8, int16 and uint16 are){}",
-            crate::registry::dtype_note(q)
-        );
-    }
     if attr_int(node, "precision").or_decline()?.unwrap_or(0) != 0 {
         decline!("QuantizeLinear: the precision attribute is not claimed");
+    }
+    if crate::ops::bits::Float8::of(q).is_some() {
+        return claim_float8_zero_point(ctx, node).and_then(|()| claim_layout(ctx, node, 1));
+    }
+    if q_range(q).is_none() {
+        decline!(
+            "QuantizeLinear: quantizing to {q} is not claimed (8- and 16-bit, 4-bit and 2-bit integers and float8 are){}",
+            crate::registry::dtype_note(q)
+        );
     }
     claim_layout(ctx, node, 1)?;
     claim_layout(ctx, node, 2)
@@ -139,20 +148,62 @@ fn claim_dequantize(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
             DataType::Int16,
             DataType::Uint16,
             DataType::Int32,
+            DataType::Int4,
+            DataType::Uint4,
+            DataType::Int2,
+            DataType::Uint2,
+            DataType::Float8E4M3FN,
+            DataType::Float8E4M3FNUZ,
+            DataType::Float8E5M2,
+            DataType::Float8E5M2FNUZ,
         ],
     )?;
-    ctx.expect_dtype(node, 1, &[DataType::Float])?;
+    if crate::ops::bits::Float8::of(x).is_some() {
+        claim_float8_zero_point(ctx, node)?;
+    }
+    let scale = ctx.expect_dtype(node, 1, FLOATS)?;
     if let Some(zp) = node.input(2)
         && ctx.dtype(zp) != Some(x)
     {
         decline!("DequantizeLinear: the zero point's type differs from the input's");
     }
     match output_dtype(node).or_decline()? {
-        None | Some(DataType::Float) => {}
-        Some(other) => decline!("DequantizeLinear: output_dtype {other} is not claimed"),
+        None => {}
+        Some(out) if out == scale => {}
+        Some(other) => {
+            decline!("DequantizeLinear: output_dtype {other} differs from the scale's type")
+        }
     }
     claim_layout(ctx, node, 1)?;
     claim_layout(ctx, node, 2)
+}
+
+/// A float8 zero point must be zero (ORT's kernels fail otherwise; ONNX ignores it): a
+/// constant one is checked here, one known only at run time by a run-time requirement.
+fn claim_float8_zero_point(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
+    let Some(zp) = node.input(2) else {
+        return Ok(());
+    };
+    match ctx.constant(zp) {
+        Some(t) if !t.bytes.iter().all(|&b| b == 0) => {
+            decline!("{}: a float8 zero point must be zero", node.op_type)
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Fails the run, as ORT's kernels do, unless a run-time float8 zero point is all zero codes.
+fn require_float8_zero_point(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
+    if node.input(2).is_none() || ctx.const_input(node, 2).is_some() {
+        return Ok(());
+    }
+    let dt = ctx.input_dtype(node, 2)?;
+    let zp = ctx.input(node, 2)?;
+    let codes = ctx.cast(zp, dt, DataType::Uint8);
+    let zero = ctx.scalar(DataType::Uint8, 0.0)?;
+    let ok = ctx.binary(B::Equal, codes, zero, DataType::Uint8);
+    ctx.require(ok, "a float8 zero point must be zero");
+    Ok(())
 }
 
 fn claim_dynamic(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
@@ -251,23 +302,40 @@ fn lower_quantize(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     };
     let x = ctx.input(node, 0)?;
     let scale = broadcastable(ctx, node, 1, f)?.expect("scale is required");
+    if crate::ops::bits::Float8::of(q).is_some() {
+        // x / scale converted as Cast does (the zero point is zero)
+        let saturate = attr_int(node, "saturate").or_invalid(node)?.unwrap_or(1) != 0;
+        require_float8_zero_point(ctx, node)?;
+        let d = ctx.binary(B::Divide, x, scale, f);
+        let y = crate::ops::bits::f32_to_float8(ctx, d, q, saturate)?;
+        return ctx.finish(node, 0, y, q);
+    }
     let zp = broadcastable(ctx, node, 2, f)?;
     let y = quantize_f32(ctx, x, scale, zp, q)?;
     ctx.finish(node, 0, y, q)
 }
 
+/// `float(x - zero_point) * float(scale)` in float32, rounded once to the scale's type.
 fn lower_dequantize(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     let f = DataType::Float;
     let xdt = ctx.input_dtype(node, 0)?;
+    let out_dt = ctx.input_dtype(node, 1)?;
     let x = ctx.input(node, 0)?;
-    let mut xi = ctx.cast(x, xdt, DataType::Int32);
-    if let Some(zp) = broadcastable(ctx, node, 2, DataType::Int32)? {
-        xi = ctx.binary(B::Subtract, xi, zp, DataType::Int32);
-    }
-    let xf = ctx.cast(xi, DataType::Int32, f);
+    let xf = if crate::ops::bits::Float8::of(xdt).is_some() {
+        // the zero point is zero
+        require_float8_zero_point(ctx, node)?;
+        crate::ops::bits::float8_to_f32(ctx, x, xdt)?
+    } else {
+        let mut xi = ctx.cast(x, xdt, DataType::Int32);
+        if let Some(zp) = broadcastable(ctx, node, 2, DataType::Int32)? {
+            xi = ctx.binary(B::Subtract, xi, zp, DataType::Int32);
+        }
+        ctx.cast(xi, DataType::Int32, f)
+    };
     let scale = broadcastable(ctx, node, 1, f)?.expect("scale is required");
     let y = ctx.binary(B::Multiply, xf, scale, f);
-    ctx.finish(node, 0, y, f)
+    let y = ctx.cast(y, f, out_dt);
+    ctx.finish(node, 0, y, out_dt)
 }
 
 fn lower_dynamic(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {

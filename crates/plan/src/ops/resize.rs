@@ -9,8 +9,8 @@ use crate::decline;
 use crate::plan::invalid;
 use crate::registry::ClaimCtx;
 use crate::step::{
-    CoordinateTransform, FloatSource, InterpCoordinates, InterpMode, InterpSpec, NearestMode,
-    ResizeSpec, ShapeSource, interpolated_axes,
+    AspectPolicy, CoordinateTransform, FloatSource, InterpCoordinates, InterpMode, InterpSpec,
+    NearestMode, ResizeSpec, ShapeSource, interpolated_axes,
 };
 
 /// Registers Resize-10 and Upsample (Resize 11+ is registered by `nn`).
@@ -18,6 +18,19 @@ use crate::step::{
 pub fn register(r: &mut Registry) {
     r.op("", "Resize", 10, 10, claim_legacy, lower_legacy);
     r.op("", "Upsample", 7, 9, claim_legacy, lower_legacy);
+}
+
+/// Opset 18 `keep_aspect_ratio_policy` (stretch before).
+pub(crate) fn aspect_policy(node: &Node, opset: i64) -> Result<AspectPolicy, String> {
+    if opset < 18 {
+        return Ok(AspectPolicy::Stretch);
+    }
+    match attr_str(node, "keep_aspect_ratio_policy")?.as_deref() {
+        None | Some("stretch") => Ok(AspectPolicy::Stretch),
+        Some("not_larger") => Ok(AspectPolicy::NotLarger),
+        Some("not_smaller") => Ok(AspectPolicy::NotSmaller),
+        Some(p) => Err(format!("Resize: keep_aspect_ratio_policy '{p}' is invalid")),
+    }
 }
 
 /// True when a Resize-11+ node's mode is one this module lowers.
@@ -94,18 +107,10 @@ pub(crate) fn claim_interp(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
     ctx.expect_dtype(node, 0, FLOATS)?;
     let mode = interp_mode(node).or_decline()?;
     let transform = coordinate_mode(node).or_decline()?;
-    if ctx.opset >= 18 {
-        if attr_int(node, "antialias").or_decline()?.unwrap_or(0) != 0 {
-            decline!("Resize: antialias=1 is not claimed");
-        }
-        match attr_str(node, "keep_aspect_ratio_policy")
-            .or_decline()?
-            .as_deref()
-        {
-            None | Some("stretch") => {}
-            Some(p) => decline!("Resize: keep_aspect_ratio_policy '{p}' is not claimed"),
-        }
+    if ctx.opset >= 18 && attr_int(node, "antialias").or_decline()?.unwrap_or(0) != 0 {
+        decline!("Resize: antialias=1 is not claimed");
     }
+    aspect_policy(node, ctx.opset).or_decline()?;
     if transform.is_none() {
         if node.input(1).is_none() {
             decline!("Resize: tf_crop_and_resize without a roi input is not claimed");
@@ -208,6 +213,7 @@ pub(crate) fn lower_interp(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanEr
     } else {
         None
     };
+    let policy = aspect_policy(node, ctx.opset()).or_invalid(node)?;
     emit(
         ctx,
         node,
@@ -217,6 +223,7 @@ pub(crate) fn lower_interp(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanEr
             scales,
             sizes,
             axes,
+            policy,
         },
     )
 }
@@ -309,6 +316,7 @@ fn lower_legacy(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
                 scales: Some(scales),
                 sizes: None,
                 axes: None,
+                policy: AspectPolicy::Stretch,
             },
         );
     }
@@ -327,7 +335,7 @@ fn lower_legacy(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
             scales: Some(scales),
             sizes: None,
             axes: None,
-            stretch: true,
+            policy: AspectPolicy::Stretch,
         },
         out,
     });

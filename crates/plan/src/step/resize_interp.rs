@@ -46,6 +46,17 @@ impl fmt::Debug for InterpCoordinates {
     }
 }
 
+/// Opset 18 `keep_aspect_ratio_policy`: how `sizes` are honoured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AspectPolicy {
+    /// Each listed axis gets its size.
+    Stretch,
+    /// One scale for the listed axes, the smallest `size / dim`.
+    NotLarger,
+    /// One scale for the listed axes, the largest `size / dim`.
+    NotSmaller,
+}
+
 /// ONNX `Resize` (opset 10+) or `Upsample` in linear / cubic mode.
 #[derive(Debug, Clone, PartialEq)]
 pub struct InterpSpec {
@@ -59,6 +70,8 @@ pub struct InterpSpec {
     pub sizes: Option<ShapeSource>,
     /// Opset 18 `axes` (scales / sizes / roi list these axes only).
     pub axes: Option<Vec<i64>>,
+    /// Opset 18 `keep_aspect_ratio_policy`.
+    pub policy: AspectPolicy,
 }
 
 /// One interpolated axis: the input positions and weights of each tap for every output
@@ -153,13 +166,15 @@ pub fn cubic_coeffs(s: f32, a: f32) -> [f32; 4] {
 }
 
 /// Output dims and full-rank float32 scales of ONNX Runtime's `Resize`/`Upsample` for an input
-/// of `input_shape`: with sizes, `scale = out / in` (1 for empty dims); with scales,
-/// `out = trunc(scale * in)` computed in float32.
+/// of `input_shape`: with sizes, `scale = out / in` (1 for empty dims), then under a
+/// `not_larger` / `not_smaller` policy one scale (the min / max) for the listed axes and
+/// `out = trunc(scale * in + 0.5)`; with scales, `out = trunc(scale * in)`; all in float32.
 pub fn resize_output(
     input_shape: &[i64],
     axes: &[usize],
     scales: Option<&[f64]>,
     sizes: Option<&[i64]>,
+    policy: AspectPolicy,
 ) -> Result<(Vec<i64>, Vec<f32>), String> {
     let rank = input_shape.len();
     let mut out = input_shape.to_vec();
@@ -186,6 +201,18 @@ pub fn resize_output(
                 } else {
                     sz[j] as f32 / input_shape[ax] as f32
                 };
+            }
+            if policy != AspectPolicy::Stretch {
+                let listed = axes.iter().map(|&a| sc[a]);
+                let s = if policy == AspectPolicy::NotLarger {
+                    listed.fold(f32::MAX, f32::min)
+                } else {
+                    listed.fold(f32::MIN_POSITIVE, f32::max)
+                };
+                for &ax in axes {
+                    sc[ax] = s;
+                    out[ax] = (s * input_shape[ax] as f32 + 0.5) as i64;
+                }
             }
         }
         (None, Some(s)) => {
@@ -255,8 +282,13 @@ impl InterpSpec {
             (None, Some(s)) => Some(s.get(host)?).filter(|v| !v.is_empty()),
             _ => None,
         };
-        let (out_shape, scales) =
-            resize_output(input_shape, &listed, scales.as_deref(), sizes.as_deref())?;
+        let (out_shape, scales) = resize_output(
+            input_shape,
+            &listed,
+            scales.as_deref(),
+            sizes.as_deref(),
+            self.policy,
+        )?;
         let (transform, roi, extrapolation) = match &self.coordinates {
             InterpCoordinates::Transform(t) => (Some(*t), None, None),
             InterpCoordinates::CropAndResize { roi, extrapolation } => {
@@ -467,20 +499,57 @@ mod tests {
             scales: Some(FloatSource::Static(scales.to_vec())),
             sizes: None,
             axes: None,
+            policy: AspectPolicy::Stretch,
         }
     }
 
     #[test]
     fn output_sizes_use_float32_products() {
         // 0.7f32 * 10 rounds to 7 in float32 (6.99999988 in float64).
-        let (out, sc) = resize_output(&[1, 10], &[0, 1], Some(&[1.0, 0.7]), None).unwrap();
+        let (out, sc) = resize_output(
+            &[1, 10],
+            &[0, 1],
+            Some(&[1.0, 0.7]),
+            None,
+            AspectPolicy::Stretch,
+        )
+        .unwrap();
         assert_eq!(out, vec![1, 7]);
         assert_eq!(sc[1], 0.7f32);
-        let (out, sc) = resize_output(&[2, 3], &[1], None, Some(&[7])).unwrap();
+        let (out, sc) =
+            resize_output(&[2, 3], &[1], None, Some(&[7]), AspectPolicy::Stretch).unwrap();
         assert_eq!(out, vec![2, 7]);
         assert_eq!(sc, vec![1.0, 7.0f32 / 3.0]);
-        assert!(resize_output(&[2, 3], &[0, 1], Some(&[1.0, 0.0]), None).is_err());
-        assert!(resize_output(&[2, 3], &[0, 1], None, Some(&[2])).is_err());
+        assert!(
+            resize_output(
+                &[2, 3],
+                &[0, 1],
+                Some(&[1.0, 0.0]),
+                None,
+                AspectPolicy::Stretch
+            )
+            .is_err()
+        );
+        assert!(resize_output(&[2, 3], &[0, 1], None, Some(&[2]), AspectPolicy::Stretch).is_err());
+        // not_larger: one scale min(6/4, 3/3) = 1 for both axes; not_smaller: 1.5, 3 * 1.5 + 0.5.
+        let (out, sc) = resize_output(
+            &[4, 3],
+            &[0, 1],
+            None,
+            Some(&[6, 3]),
+            AspectPolicy::NotLarger,
+        )
+        .unwrap();
+        assert_eq!((out, sc), (vec![4, 3], vec![1.0, 1.0]));
+        let (out, _) = resize_output(
+            &[4, 3],
+            &[0, 1],
+            None,
+            Some(&[6, 3]),
+            AspectPolicy::NotSmaller,
+        )
+        .unwrap();
+        assert_eq!(out, vec![6, 5]);
     }
 
     #[test]
