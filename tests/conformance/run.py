@@ -51,9 +51,18 @@ CPU_EP = "CPUExecutionProvider"
 #: ONNX's backend runner defaults.
 RTOL, ATOL = 1e-3, 1e-7
 
-#: Per-case tolerances (rtol, atol) where ORT's own CPU EP needs a looser one than the
-#: default to pass the reference outputs (its float kernels round differently from numpy).
-TOLERANCES: dict[str, tuple[float, float]] = {}
+#: Per-case tolerances (rtol, atol), by case-name prefix, where ORT's own CPU EP needs a looser
+#: one than the default to pass the reference outputs: the float32 DFT and STFT cases expect
+#: exact zeros where any float32 FFT leaves rounding noise (ORT's CPU EP: up to 3.4e-4).
+TOLERANCES: dict[str, tuple[float, float]] = {"test_dft": (1e-3, 5e-4), "test_stft": (1e-3, 5e-4)}
+
+
+def tolerance(case: str) -> tuple[float, float]:
+    """The (rtol, atol) a case is compared with."""
+    for prefix, tol in TOLERANCES.items():
+        if case.startswith(prefix):
+            return tol
+    return RTOL, ATOL
 
 #: ORT's optimizers turned off in both sessions: constant folding would compute nodes whose
 #: inputs it knows (Shape of a statically shaped input) before any EP sees them.
@@ -326,7 +335,7 @@ def _short(err: BaseException | str, limit: int = 400) -> str:
 class Worker:
     """State of one worker process: ORT with the EP registered once."""
 
-    def __init__(self, library: str, no_fallback: bool):
+    def __init__(self, library: str, no_fallback: bool, ep_options: dict[str, str] | None = None):
         import onnxruntime as ort
 
         self.ort = ort
@@ -336,6 +345,7 @@ class Worker:
         if not self.devices:
             raise SystemExit(f"{library} registered but offers no {MLX_EP} device")
         self.no_fallback = no_fallback
+        self.ep_options = dict(ep_options or {})
         self.claims_path = os.environ.get("ORTMLX_CLAIMS_FILE", "")
 
     def _options(self):
@@ -344,6 +354,20 @@ class Worker:
         options.inter_op_num_threads = 1
         options.log_severity_level = 3
         return options
+
+    @staticmethod
+    def _inject_fault(phase: str, case: str) -> None:
+        """Test hook: `ORTMLX_CONFORMANCE_FAULT=crash:<case>,hang:<case>,cpu-crash:<case>` makes
+        the worker die or hang on those cases (on the MLX EP; `cpu-crash` on ORT's CPU EP), so
+        that the runner's isolation can be tested."""
+        for fault in filter(None, os.environ.get("ORTMLX_CONFORMANCE_FAULT", "").split(",")):
+            kind, _, target = fault.partition(":")
+            if target != case:
+                continue
+            if (phase, kind) in (("mlx", "crash"), ("cpu", "cpu-crash")):
+                os.abort()
+            if (phase, kind) == ("mlx", "hang"):
+                time.sleep(3600)
 
     def _claims_since(self, offset: int):
         if not self.claims_path or not os.path.exists(self.claims_path):
@@ -396,7 +420,7 @@ class Worker:
 
         case_dir = request["dir"]
         name = os.path.basename(case_dir)
-        rtol, atol = TOLERANCES.get(name, (RTOL, ATOL))
+        rtol, atol = tolerance(name)
         result = {"case": name, "rtol": rtol, "atol": atol}
         model_path = os.path.join(case_dir, "model.onnx")
         model = onnx.load(model_path)
@@ -432,6 +456,7 @@ class Worker:
 
         if request.get("cpu", True) and not request.get("float64"):
             say({"phase": "cpu"})
+            self._inject_fault("cpu", name)
             t0 = time.perf_counter()
             try:
                 session = self.ort.InferenceSession(
@@ -444,13 +469,14 @@ class Worker:
             result["cpu"] = {"status": status, "message": msg, "max_abs": ab, "max_rel": rel, "seconds": round(time.perf_counter() - t0, 4)}
 
         say({"phase": "mlx"})
+        self._inject_fault("mlx", name)
         t0 = time.perf_counter()
         _, offset = self._claims_since(0)
         options = self._options()
         options.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
         if self.no_fallback:
             options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
-        options.add_provider_for_devices(self.devices, {})
+        options.add_provider_for_devices(self.devices, self.ep_options)
         nodes = None
         try:
             session = self.ort.InferenceSession(model_bytes, sess_options=options, disabled_optimizers=DISABLED_OPTIMIZERS)
@@ -472,7 +498,7 @@ class Worker:
         return result
 
 
-def worker_main(library: str, no_fallback: bool) -> None:
+def worker_main(library: str, no_fallback: bool, ep_options: dict[str, str]) -> None:
     # Results go to the original stdout; anything else written to fd 1 (native code) goes
     # to stderr, so the result stream stays clean.
     out = os.fdopen(os.dup(1), "w", buffering=1)
@@ -483,7 +509,7 @@ def worker_main(library: str, no_fallback: bool) -> None:
         out.write(json.dumps(obj) + "\n")
         out.flush()
 
-    worker = Worker(library, no_fallback)
+    worker = Worker(library, no_fallback, ep_options)
     say({"ready": True})
     for line in sys.stdin:
         line = line.strip()
@@ -526,6 +552,8 @@ class Proc:
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--library", self.args.library]
         if self.args.no_fallback:
             cmd.append("--no-fallback")
+        for option in self.args.ep_option:
+            cmd += ["--ep-option", option]
         self.proc = subprocess.Popen(
             cmd,
             stdin=subprocess.PIPE,
@@ -645,7 +673,7 @@ def decline_reason(r: dict) -> str:
     return "no claim report"
 
 
-def run_all(args) -> list[dict]:
+def run_all(args) -> tuple[list[dict], float]:
     root = node_dir()
     cases = sorted(d for d in os.listdir(root) if os.path.isfile(os.path.join(root, d, "model.onnx")))
     if args.filter:
@@ -749,9 +777,8 @@ def run_all(args) -> list[dict]:
                     if not p.ready:
                         tail = p.stderr_tail(2000)
                         raise SystemExit(f"conformance: a worker failed to start ({why}): {tail}")
+                    # the replacement asks for work when it is ready
                     lost(p, why, False)
-                    if p.request is None:
-                        feed(p)
                     continue
                 p.buffer += chunk
                 while b"\n" in p.buffer:
@@ -762,7 +789,7 @@ def run_all(args) -> list[dict]:
                         feed(p)
                     elif "phase" in msg:
                         p.phase = msg["phase"]
-                    elif "result" in msg:
+                    elif "result" in msg and p.request is not None:
                         r = msg["result"]
                         if p.request.get("cpu_crash"):
                             r["cpu"] = {"status": "crashed", "message": p.request["cpu_crash"]}
@@ -773,7 +800,6 @@ def run_all(args) -> list[dict]:
             for p in procs:
                 if p.request is not None and now > p.deadline:
                     lost(p, f"timed out after {args.timeout:.0f} s", True)
-                    feed(p)
             # a worker left idle (no request, ready) picks up retried cases
             for p in procs:
                 if p.request is None and p.ready and queue:
@@ -859,8 +885,9 @@ def markdown(results, args) -> str:
         "Every case of ONNX's backend node suite as the `onnx==1.21.0` wheel ships it",
         "(`onnx/backend/test/data/node`), run through `onnxruntime==1.31.1` with the MLX EP (ORT's CPU EP",
         "takes what it declines) and compared with the reference outputs as ONNX's backend runner does",
-        "(same shape and dtype; rtol 1e-3, atol 1e-7). ORT's constant folding is off, so that a node whose",
-        "inputs are known (Shape of a static input) still reaches an EP. A case *passes on MLX* when every",
+        "(same shape and dtype; rtol 1e-3, atol 1e-7; atol 5e-4 for the DFT and STFT cases, whose float32",
+        "FFTs ORT's own CPU EP computes only that closely). ORT's constant folding is off, so that a node",
+        "whose inputs are known (Shape of a static input) still reaches an EP. A case *passes on MLX* when every",
         "node ORT reports ran on the MLX EP and the outputs match; *failed* counts cases the MLX EP ran (or",
         "broke) with a wrong result, an error or a crash; *not on MLX* counts cases with at least one node",
         "left to ORT, with the EP's decline reason (the most common one of the op's cases). Expanded",
@@ -1012,12 +1039,21 @@ def main(argv=None) -> int:
         action="store_true",
         help="the float64 sweep: every case with float32 tensors widened to float64, MLX against ORT's CPU EP (rtol 1e-9)",
     )
+    parser.add_argument(
+        "--ep-option", action="append", default=[], metavar="KEY=VALUE", help="an MLX EP option (e.g. device=gpu); repeatable"
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if not args.library:
         parser.error("--library is required (cargo xtask conformance passes it)")
+    ep_options = {}
+    for option in args.ep_option:
+        key, sep, value = option.partition("=")
+        if not sep:
+            parser.error(f"--ep-option {option!r}: expected KEY=VALUE")
+        ep_options[key] = value
     if args.worker:
-        worker_main(args.library, args.no_fallback)
+        worker_main(args.library, args.no_fallback, ep_options)
         return 0
     if args.float64 and (args.check or args.update_manifest):
         parser.error("the manifest records the suite as shipped: --float64 can't be combined with --check or --update-manifest")

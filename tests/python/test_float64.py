@@ -221,9 +221,14 @@ def ids(params):
     return [p[0] for p in params]
 
 
+ORT_VERSION = tuple(int(v) for v in __import__("onnxruntime").__version__.split(".")[:2])
+
+
 @pytest.mark.parametrize("case", CLAIMED, ids=ids(CLAIMED))
 def test_float64_on_mlx(case):
     _, op, feeds, consts, attrs, reference = case
+    if OPSETS.get(op, 17) > 23 and ORT_VERSION < (1, 24):
+        pytest.skip("ONNX Runtime < 1.24 cannot load opset > 23 models")
     outputs = len(reference(feeds, consts))
     opset = OPSETS.get(op, 17)
     model = node_model(op, feeds, consts=consts, attrs=attrs, n_outputs=outputs, symbolic=op == "Size", opset=opset)
@@ -258,6 +263,8 @@ DECLINED = [
 @pytest.mark.parametrize("case", DECLINED, ids=ids(DECLINED))
 def test_float64_declined(case):
     _, op, feeds, attrs = case
+    if op in ("Sin", "Cos") and ORT_VERSION < (1, 24):
+        pytest.skip("ONNX Runtime 1.23's CPU EP has no float64 Sin/Cos kernel to fall back to")
     model = node_model(op, feeds, attrs=attrs)
     session = make_session(model)
     run(session, feeds)

@@ -29,6 +29,9 @@ from conftest import assert_on_mlx, make_session
 # onnx.reference's casts of out-of-range values warn
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
 
+#: ORT 1.23 loads models up to opset 23 (the 2-bit types need opset 25).
+ORT_AT_LEAST_1_24 = tuple(int(v) for v in ort.__version__.split(".")[:2]) >= (1, 24)
+
 FORMATS = {
     "e4m3fn": TensorProto.FLOAT8E4M3FN,
     "e4m3fnuz": TensorProto.FLOAT8E4M3FNUZ,
@@ -192,14 +195,17 @@ def test_float8_nonzero_runtime_zero_point_fails_the_run():
     codes = np.array([0x38, 0x40, 0x30, 0x00], np.uint8)
     ok = run_values(session, {"x": (codes, t), "z": (np.zeros((), np.uint8), t)})
     np.testing.assert_array_equal(ok, [0.5, 1.0, 0.25, 0.0])
-    with pytest.raises(Exception, match="zero point must be zero"):
+    # ORT refuses it in its own words when it runs the node itself
+    with pytest.raises(Exception, match="zero point must be zero|zero points should be 0"):
         run_values(session, {"x": (codes, t), "z": (np.array(0x38, np.uint8), t)})
 
 
 # ---------------------------------------------------------------------------
 # the packed integer types (int4, uint4, int2, uint2): held one per byte inside the EP
 
-PACKED = {"int4": (TensorProto.INT4, 4, True), "uint4": (TensorProto.UINT4, 4, False), "int2": (TensorProto.INT2, 2, True), "uint2": (TensorProto.UINT2, 2, False)}
+PACKED = {"int4": (TensorProto.INT4, 4, True), "uint4": (TensorProto.UINT4, 4, False)}
+if ORT_AT_LEAST_1_24:
+    PACKED.update({"int2": (TensorProto.INT2, 2, True), "uint2": (TensorProto.UINT2, 2, False)})
 
 
 def packed_codes(values: np.ndarray, bits: int) -> np.ndarray:

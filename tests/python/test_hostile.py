@@ -154,9 +154,11 @@ def hostile_results(request):
         f"{passed} passed; {skipped} skipped (ORT's CPU EP crashes on them by itself)"
     )
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line("")
-        reporter.write_line(summary)
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    if reporter is not None and capture is not None:
+        with capture.global_and_fixture_disabled():
+            reporter.write_line("")
+            reporter.write_line(summary)
     return results
 
 

@@ -33,9 +33,11 @@ MAX_SLOPE = 2048
 
 def _report(request, line: str) -> None:
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line("")
-        reporter.write_line(line)
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    if reporter is not None and capture is not None:
+        with capture.global_and_fixture_disabled():
+            reporter.write_line("")
+            reporter.write_line(line)
 
 
 def _library() -> str:

@@ -20,6 +20,9 @@ from conftest import assert_on_cpu, check_against_cpu, make_session, run
 from models import graph_model, node_model
 
 
+ORT_VERSION = tuple(int(v) for v in ort.__version__.split(".")[:2])
+
+
 def rng(seed: int = 0) -> np.random.Generator:
     return np.random.default_rng(seed)
 
@@ -371,7 +374,7 @@ def test_scatter_nd_int64_kv_cache_update():
 SCATTER_ELEMENTS = [
     # name, data shape, indices, axis, reduction, opset
     ("axis0", (3, 3), [[1, 0, 2], [0, 2, 1]], 0, "none", 13),
-    ("axis1-negative-indices", (2, 5), [[-1, 1], [0, -5]], 1, "none", 13),
+    ("axis1-negative-indices", (2, 5), [[-1, 1], [0, -4]], 1, "none", 13),
     ("add-duplicates", (2, 4), [[1, 1, 3], [0, 0, 0]], 1, "add", 16),
     ("mul", (3, 2, 2), [[[0, 1]], [[2, 0]]], 0, "mul", 16),
     ("max", (2, 5), [[1, 1], [4, 4]], -1, "max", 18),
@@ -743,7 +746,7 @@ def test_max_pool_indices(case):
 
 
 #: Opset 24 models (IR 12) need ONNX Runtime 1.24 or newer.
-needs_opset_24 = pytest.mark.skipif(tuple(int(v) for v in ort.__version__.split(".")[:2]) < (1, 24), reason="ONNX Runtime < 1.24 cannot load opset-24 models")
+needs_opset_24 = pytest.mark.skipif(ORT_VERSION < (1, 24), reason="ONNX Runtime < 1.24 cannot load opset-24 models")
 
 
 @needs_opset_24
@@ -764,3 +767,104 @@ def test_tensor_scatter_prefill_without_positions():
     update = randn(1, 2, 3, seed=15)
     model = node_model("TensorScatter", {"past": past, "update": update}, attrs=dict(axis=1), opset=24)
     check_against_cpu(model, {"past": past, "update": update}, ["TensorScatter"])
+
+
+# ---------------------------------------------------------------------------
+# DFT, STFT
+
+DFT = [
+    # name, input shape, attrs, dft_length, axis (opset 20 input)
+    ("real-forward", (2, 8, 3, 1), {}, None, 1),
+    ("real-onesided", (2, 9, 1), dict(onesided=1), None, -2),
+    ("complex-forward-padded", (1, 6, 4, 2), {}, 10, 1),
+    ("complex-forward-truncated", (2, 3, 12, 2), {}, 7, 2),
+    ("complex-inverse", (3, 16, 2), dict(inverse=1), None, 1),
+    ("inverse-onesided-irfft", (1, 5, 4, 2), dict(inverse=1, onesided=1), None, 1),
+    ("real-inverse", (2, 5, 1), dict(inverse=1), None, -2),
+]
+
+
+@pytest.mark.parametrize("case", DFT, ids=ids(DFT))
+def test_dft(case):
+    _, shape, attrs, length, axis = case
+    if attrs.get("inverse") and attrs.get("onesided") and ORT_VERSION < (1, 24):
+        pytest.skip("the ONNX schema of ONNX Runtime < 1.24 rejects inverse with onesided")
+    x = randn(*shape, seed=16)
+    consts = {"axis": np.array(axis, np.int64)}
+    inputs = ["X", "", "axis"]
+    if length is not None:
+        consts["length"] = np.array(length, np.int64)
+        inputs = ["X", "length", "axis"]
+    node = helper.make_node("DFT", inputs, ["Y"], name="dft", **attrs)
+    model = typed_model([node], {"X": x}, {"Y": (TensorProto.FLOAT, ["a", "b", "c"][: len(shape) - 1] + ["d"])}, consts=consts, opset=20)
+    (out,) = check_against_cpu(model, {"X": x}, ["DFT"], rtol=1e-4, atol=1e-4)
+    # And against numpy in double precision: MLX's FFT is the more accurate of the two.
+    signal = x[..., 0] + (1j * x[..., 1] if shape[-1] == 2 else 0)
+    ax = axis % len(shape)
+    n = length or shape[ax]
+    if attrs.get("inverse") and attrs.get("onesided"):
+        ref = np.fft.irfft(signal, n=2 * (shape[ax] - 1), axis=ax)[..., None]
+    elif attrs.get("inverse"):
+        ref = np.fft.ifft(signal, n=n, axis=ax)
+    else:
+        ref = np.fft.fft(signal, n=n, axis=ax)
+        if attrs.get("onesided"):
+            ref = np.take(ref, np.arange(n // 2 + 1), axis=ax)
+    if np.iscomplexobj(ref):
+        ref = np.stack([ref.real, ref.imag], axis=-1)
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=2e-5)
+
+
+def test_dft_opset_17_axis_attribute():
+    x = randn(2, 12, 1, seed=17)
+    model = node_model("DFT", {"X": x}, attrs=dict(axis=1, onesided=1), opset=17)
+    check_against_cpu(model, {"X": x}, ["DFT"], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("constant", [True, False], ids=["constant-step", "runtime-step"])
+@pytest.mark.parametrize("window", [True, False], ids=["window", "no-window"])
+def test_stft(constant, window):
+    signal = randn(2, 64, 1, seed=18)
+    feeds = {"signal": signal}
+    consts = {}
+    step = np.array(6, np.int64)
+    (consts if constant else feeds)["step"] = step
+    if window:
+        (consts if constant else feeds)["window"] = np.hanning(12).astype(np.float32)
+        inputs = ["signal", "step", "window"]
+    else:
+        (consts if constant else feeds)["length"] = np.array(12, np.int64)
+        inputs = ["signal", "step", "", "length"]
+    node = helper.make_node("STFT", inputs, ["Y"], name="stft")
+    model = typed_model([node], feeds, {"Y": (TensorProto.FLOAT, ["b", "f", "k", "c"])}, consts=consts, opset=17)
+    check_against_cpu(model, feeds, ["STFT"], rtol=1e-4, atol=1e-4)
+
+
+# ---------------------------------------------------------------------------
+# AffineGrid
+
+@pytest.mark.parametrize("align", [0, 1])
+@pytest.mark.parametrize("size", [[2, 3, 5, 7], [1, 1, 1, 4], [2, 1, 3, 4, 5], [1, 2, 1, 1, 2]], ids=["2d", "2d-one-row", "3d", "3d-ones"])
+def test_affine_grid(align, size):
+    d = len(size) - 2
+    theta = randn(size[0], d, d + 1, seed=19)
+    model = typed_model(
+        [helper.make_node("AffineGrid", ["theta", "size"], ["grid"], align_corners=align, name="affine")],
+        {"theta": theta},
+        {"grid": (TensorProto.FLOAT, ["n"] + [f"s{i}" for i in range(d)] + [d])},
+        consts={"size": np.array(size, np.int64)},
+        opset=20,
+    )
+    check_against_cpu(model, {"theta": theta}, ["AffineGrid"], rtol=1e-6, atol=1e-6)
+
+
+def test_spatial_transformer_runs_on_mlx():
+    """AffineGrid feeding GridSample (a spatial transformer), all on MLX."""
+    x = randn(2, 3, 6, 5, seed=20)
+    theta = np.array([[[0.9, 0.1, 0.05], [-0.2, 1.1, 0.0]], [[1.0, 0.0, -0.3], [0.0, 0.8, 0.2]]], np.float32)
+    nodes = [
+        helper.make_node("AffineGrid", ["theta", "size"], ["grid"], name="affine"),
+        helper.make_node("GridSample", ["X", "grid"], ["Y"], name="sample"),
+    ]
+    model = typed_model(nodes, {"X": x, "theta": theta}, {"Y": (TensorProto.FLOAT, [2, 3, 4, 7])}, consts={"size": np.array([2, 3, 4, 7], np.int64)}, opset=20)
+    check_against_cpu(model, {"X": x, "theta": theta}, ["AffineGrid", "GridSample"], all_on_mlx=True)

@@ -646,3 +646,40 @@ scatter! {
 pub fn linalg_det(a: &Array, s: &Stream) -> Result<Array> {
     call!(mlx_linalg_det(a.raw, s.raw))
 }
+
+/// Discrete Fourier transform of length `n` (zero-padded or truncated) along `axis`.
+#[track_caller]
+pub fn fft(a: &Array, n: i32, axis: i32, s: &Stream) -> Result<Array> {
+    call!(mlx_fft_fft(
+        a.raw,
+        n,
+        axis,
+        sys::MLX_FFT_NORM_BACKWARD,
+        s.raw
+    ))
+}
+
+/// Inverse discrete Fourier transform of length `n` along `axis` (scaled by `1 / n`).
+#[track_caller]
+pub fn ifft(a: &Array, n: i32, axis: i32, s: &Stream) -> Result<Array> {
+    call!(mlx_fft_ifft(
+        a.raw,
+        n,
+        axis,
+        sys::MLX_FFT_NORM_BACKWARD,
+        s.raw
+    ))
+}
+
+/// The real signal of length `n` whose one-sided spectrum along `axis` is `a` (scaled by
+/// `1 / n`).
+#[track_caller]
+pub fn irfft(a: &Array, n: i32, axis: i32, s: &Stream) -> Result<Array> {
+    call!(mlx_fft_irfft(
+        a.raw,
+        n,
+        axis,
+        sys::MLX_FFT_NORM_BACKWARD,
+        s.raw
+    ))
+}

@@ -20,6 +20,7 @@ use onnx_ir::DataType;
 
 mod conv_transpose;
 mod cumulative;
+mod dft;
 mod gather_scatter;
 mod host_compute;
 mod resize_interp;
@@ -28,6 +29,7 @@ pub use conv_transpose::{
     ConvTransposeArgs, ConvTransposePadding, ConvTransposeSpec, distribute_padding,
 };
 pub use cumulative::{CumOp, cumulative_axis};
+pub use dft::{DftArgs, DftKind, DftSpec};
 pub use gather_scatter::{
     DimRule, ScatterOp, dims_target, gather_slice_sizes, iota_i32, nonzero_coords,
 };
@@ -2147,6 +2149,20 @@ pub enum Step {
         /// Output.
         out: Slot,
     },
+    /// ONNX `DFT` of a float32 `x` (`[..., 1 | 2]`) with `a = spec.resolve(x.shape, host)`:
+    /// complex input `mlx_view(contiguous(x), complex64)` squeezed, real input squeezed and
+    /// `mlx_astype(.., complex64)`; then `mlx_fft_fft` / `mlx_fft_ifft` / `mlx_fft_irfft` of
+    /// length `a.n` along `a.axis`; one-sided forward output sliced to `a.keep` bins
+    /// (`mlx_slice`); complex results `mlx_view(.., float32)` of the expanded last dim (real
+    /// results expanded): float32 `[..., 2 | 1]`.
+    Dft {
+        /// Input.
+        x: Slot,
+        /// Parameters.
+        spec: DftSpec,
+        /// Output.
+        out: Slot,
+    },
     /// `out = mlx_linalg_det(x)` on the CPU stream (MLX's linear algebra runs on the CPU only);
     /// `x` is float32 `[..., n, n]`.
     Det {
@@ -2171,7 +2187,7 @@ pub enum Step {
         outs: Vec<Slot>,
     },
     /// A run-time requirement on values (ORT's kernels check them; MLX doesn't): the run fails
-    /// with "node '<node>' (<op>): `what`" unless every element of `ok` (bool) is true. `out`
+    /// with `node '<node>' (<op>): <what>` unless every element of `ok` (bool) is true. `out`
     /// is `all(ok)` (bool scalar); the runtime folds it into the run's status, evaluated with
     /// the outputs, so the check costs no extra synchronisation.
     Require {
@@ -2187,18 +2203,28 @@ pub enum Step {
 /// Cumulative split points (for `mlx_split_sections`) of a dim of size `dim` into `parts`
 /// parts of the given `sizes` (or equal parts, ceil-sized, when `sizes` is `None`).
 pub fn split_points(dim: i64, parts: usize, sizes: Option<&[i64]>) -> Result<Vec<i32>, String> {
+    if parts == 0 || dim < 0 {
+        return Err(format!("cannot split {dim} into {parts} parts"));
+    }
     let sizes: Vec<i64> = match sizes {
         Some(s) => {
             if s.len() != parts {
                 return Err(format!("Split has {} sizes for {parts} outputs", s.len()));
             }
-            if s.iter().any(|&v| v < 0) || s.iter().sum::<i64>() != dim {
+            let total = s.iter().try_fold(
+                0i64,
+                |acc, &v| if v < 0 { None } else { acc.checked_add(v) },
+            );
+            if total != Some(dim) {
                 return Err(format!("Split sizes {s:?} do not sum to {dim}"));
             }
             s.to_vec()
         }
         None => {
-            let chunk = (dim + parts as i64 - 1) / parts as i64;
+            let chunk = dim
+                .checked_add(parts as i64 - 1)
+                .ok_or_else(|| format!("cannot split {dim} into {parts} parts"))?
+                / parts as i64;
             let mut v = vec![chunk; parts];
             let last = dim - chunk * (parts as i64 - 1);
             if last < 0 {
@@ -2457,6 +2483,10 @@ impl Step {
                 spec.map_slots(f);
             }
             Window { size, .. } => src(size, f),
+            Dft { x, spec, .. } => {
+                f(x);
+                spec.map_slots(f);
+            }
             Det { x, .. } | Unique { x, .. } => f(x),
             AttentionEx {
                 q,
@@ -2530,6 +2560,7 @@ impl Step {
             | Require { out, .. }
             | NonZero { out, .. }
             | Window { out, .. }
+            | Dft { out, .. }
             | Det { out, .. } => f(out),
             Unique { outs, .. } => outs.iter_mut().for_each(f),
         }
@@ -2626,6 +2657,7 @@ impl Step {
             | ResizeInterp { x, .. }
             | NonZero { x, .. }
             | Det { x, .. }
+            | Dft { x, .. }
             | Unique { x, .. } => vec![*x],
             Window { .. } => vec![],
             Require { ok, .. } => vec![*ok],
@@ -2720,6 +2752,7 @@ impl Step {
             | Require { out, .. }
             | NonZero { out, .. }
             | Window { out, .. }
+            | Dft { out, .. }
             | Det { out, .. } => vec![*out],
             Unique { outs, .. } => outs.clone(),
         }
@@ -2774,6 +2807,7 @@ impl Step {
             ResizeInterp { spec, .. } => spec.host_reads(),
             NonZero { x, .. } | Unique { x, .. } => vec![*x],
             Window { size, .. } => size.dynamic_slot().into_iter().collect(),
+            Dft { spec, .. } => spec.host_reads(),
             _ => Vec::new(),
         }
     }

@@ -549,3 +549,56 @@ fn det_unique_lrn_grid_sample_claims() {
     g.node("GridSample", &["x", "grid"], &["y"]);
     declined(&g, 0, "rank-3 input");
 }
+
+#[test]
+fn dft_and_stft_claims() {
+    let mut g = G::new(20);
+    g.input("x", DataType::Float, &[2, 8]);
+    g.node("DFT", &["x"], &["y"]);
+    declined(&g, 0, "rank-2 input");
+    let mut g = G::new(20);
+    g.input("x", DataType::Float, &[2, 8, 2]);
+    g.node("DFT", &["x"], &["y"]).attr("onesided", int(1));
+    declined(&g, 0, "known to be real");
+    g.node("DFT", &["x"], &["y2"]).attr("inverse", int(1));
+    assert!(claim(&g, 1).is_ok());
+    let mut g = G::new(17);
+    g.input("s", DataType::Float, &[1, 64, 1]);
+    g.init_i64("step", &[], &[4]);
+    g.init_i64("len", &[], &[16]);
+    g.output_any("y", DataType::Float);
+    g.node("STFT", &["s", "step", "", "len"], &["y"]);
+    let p = plan_of(&g.build());
+    assert_eq!(count(&p, |s| matches!(s, Step::Windows { .. })), 1);
+    assert_eq!(count(&p, |s| matches!(s, Step::Dft { .. })), 1);
+    let mut g = G::new(17);
+    g.input("s", DataType::Float, &[1, 64, 2]);
+    g.init_i64("step", &[], &[4]);
+    g.node("STFT", &["s", "step"], &["y"]);
+    declined(&g, 0, "neither a window nor frame_length");
+    g.init_i64("len", &[], &[16]);
+    g.node("STFT", &["s", "step", "", "len"], &["y2"]);
+    declined(&g, 1, "complex signal");
+}
+
+#[test]
+fn affine_grid_claims() {
+    let mut g = G::new(20);
+    g.input("theta", DataType::Float, &[2, 2, 3]);
+    g.init_i64("size", &[4], &[2, 3, 4, 5]);
+    g.output_any("grid", DataType::Float);
+    g.node("AffineGrid", &["theta", "size"], &["grid"]);
+    assert!(claim(&g, 0).is_ok());
+    let p = plan_of(&g.build());
+    assert_eq!(count(&p, |s| matches!(s, Step::Arange { .. })), 2);
+    let mut g = G::new(20);
+    g.input("theta", DataType::Float, &[2, 2, 3]);
+    g.input("size", DataType::Int64, &[-1]);
+    g.node("AffineGrid", &["theta", "size"], &["grid"]);
+    declined(&g, 0, "length of size must be known");
+    let mut g = G::new(20);
+    g.input("theta", DataType::Float, &[2, 2, 3]);
+    g.input("size", DataType::Int64, &[3]);
+    g.node("AffineGrid", &["theta", "size"], &["grid"]);
+    declined(&g, 0, "3 values is invalid");
+}

@@ -552,6 +552,13 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
             ..
         } => {
             let (xa, u) = (slots.get(*x)?.clone(), slots.get(*updates)?.clone());
+            // MLX's GPU scatter lacks 64-bit integers: those run on the CPU stream.
+            let cpu = Stream::default_cpu();
+            let s = if matches!(xa.dtype(), Dtype::Int64 | Dtype::Uint64) {
+                &cpu
+            } else {
+                s
+            };
             let mut idx = Vec::with_capacity(indices.len());
             for (i, axis) in indices.iter().zip(axes) {
                 let n = crate::guard::dim(&xa, *axis)?;
@@ -618,6 +625,11 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
                 .ok_or_else(|| RuntimeError("window size is empty".into()))?;
             let t = plan::step::cosine_window(*kind, n, *periodic, *dtype).map_err(err)?;
             host_array(&t)?
+        }
+        Dft { x, spec, .. } => {
+            let shape = shape_i64(slots.get(*x)?);
+            let a = spec.resolve(&shape, &mut Host { slots }).map_err(err)?;
+            extra::dft(slots.get(*x)?, &a, s)?
         }
         Det { x, .. } => {
             // MLX's linear algebra runs on the CPU stream only.

@@ -27,6 +27,7 @@ pub mod quantize;
 pub mod reduce;
 pub mod resize;
 pub mod shape;
+pub mod signal;
 pub mod transformer;
 
 /// The newest opset every open-ended registration covers.
@@ -52,6 +53,7 @@ pub fn register_all(r: &mut Registry) {
     pool_more::register(r);
     linalg::register(r);
     grid_sample::register(r);
+    signal::register(r);
     transformer::register(r);
     microsoft::register(r);
 }

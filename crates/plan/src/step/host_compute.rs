@@ -45,6 +45,14 @@ pub fn cosine_window(
     if size < 0 {
         return Err(format!("window size {size} is negative"));
     }
+    // Computed on the host from a constant or a fed value: a hostile size must be an error,
+    // not an allocation failure (which aborts the process).
+    const MAX_WINDOW: i64 = 1 << 24;
+    if size > MAX_WINDOW {
+        return Err(format!(
+            "window size {size} is larger than the {MAX_WINDOW} samples computed on the host"
+        ));
+    }
     let (a0, a1, a2) = kind.coefficients();
     let tau = 2.0 * std::f64::consts::PI;
     let denominator = if periodic { size } else { size - 1 };
