@@ -46,13 +46,14 @@ def _library() -> str:
 
 
 def _slope(samples: list[list[int]]) -> float:
-    """Least-squares slope of RSS over cycles, bytes per cycle."""
-    xs = [c for c, _ in samples]
-    ys = [r for _, r in samples]
-    n = len(xs)
-    mx, my = sum(xs) / n, sum(ys) / n
-    sxx = sum((x - mx) ** 2 for x in xs)
-    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx else 0.0
+    """Theil-Sen slope of RSS over cycles (the median of the pairwise slopes), bytes per
+    cycle: the allocator moves RSS up and down by a MiB now and then, which would swing a
+    least-squares fit; a steady leak moves every pair."""
+    slopes = sorted((y2 - y1) / (x2 - x1) for i, (x1, y1) in enumerate(samples) for x2, y2 in samples[i + 1 :] if x2 != x1)
+    if not slopes:
+        return 0.0
+    mid = len(slopes) // 2
+    return slopes[mid] if len(slopes) % 2 else (slopes[mid - 1] + slopes[mid]) / 2
 
 
 def test_rss_is_flat_over_session_cycles(request):

@@ -295,10 +295,51 @@ pub const LIBRARY_CRATES: [&str; 6] = [
 /// through a temporary local registry, since none is on crates.io). Returns whether it passed.
 pub fn cargo_package() -> Result<bool> {
     banner("test: cargo package of the library crates (packaged and verified together)");
+    forget_stale_extractions();
+    // A target folder of its own, emptied first: cargo treats a registry crate's build as
+    // fresh for the same name and version, so a reused one would verify against old code.
+    let verify_dir = util::target_dir().join("package-verify");
+    let _ = fs::remove_dir_all(&verify_dir);
     let mut cmd = util::cargo();
-    cmd.arg("package").arg("--allow-dirty");
+    cmd.arg("package")
+        .arg("--allow-dirty")
+        .arg("--target-dir")
+        .arg(&verify_dir);
     for krate in LIBRARY_CRATES {
         cmd.args(["-p", krate]);
     }
     util::status(&mut cmd)
+}
+
+/// Cargo unpacks the crates of its temporary verification registry under
+/// `$CARGO_HOME/registry/src/-<hash>/` and reuses an unpacked `name-version` folder as it is, so
+/// after a change to a crate (same version) the next verification would build against the old
+/// source. Those folders of this workspace's crates are removed first.
+fn forget_stale_extractions() {
+    let cargo_home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")));
+    let Some(src) = cargo_home.map(|h| h.join("registry").join("src")) else {
+        return;
+    };
+    for registry in fs::read_dir(&src).into_iter().flatten().flatten() {
+        // Temporary registries are named "-<hash>"; crates.io's folders keep their name.
+        if !registry.file_name().to_string_lossy().starts_with('-') {
+            continue;
+        }
+        for krate in fs::read_dir(registry.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            if LIBRARY_CRATES.iter().any(|c| {
+                krate
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with(&format!("{c}-"))
+            }) {
+                let _ = fs::remove_dir_all(krate.path());
+            }
+        }
+    }
 }

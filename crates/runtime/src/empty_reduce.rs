@@ -48,11 +48,13 @@ pub(crate) fn reduce(
         })
         .collect();
     let dt = x.dtype();
+    // float32/int32 scalars: `full` casts them to x's type on the stream, and MLX's GPU
+    // backends have no float64 (0, 1 and the infinities are exact in every type)
     let value = match op {
         Mean => return ops::mean_axes(x, axes, keepdims, s),
-        Sum => Array::scalar(0.0f64)?,
-        Prod => Array::scalar(1.0f64)?,
-        LogSumExp => Array::scalar(f64::NEG_INFINITY)?,
+        Sum => Array::scalar(0i32)?,
+        Prod => Array::scalar(1i32)?,
+        LogSumExp => Array::scalar(f32::NEG_INFINITY)?,
         All => Array::scalar(true)?,
         Any => Array::scalar(false)?,
         Max => extreme(dt, false)?,
@@ -78,11 +80,11 @@ fn extreme(dt: Dtype, high: bool) -> mlx::Result<Array> {
         Dtype::Int16 => pick!(i16),
         Dtype::Int32 => pick!(i32),
         Dtype::Int64 => pick!(i64),
-        // floats (half types take the infinity through the cast in `full`)
+        // floats (float32 infinity; `full` casts it to x's float type)
         _ => Array::scalar(if high {
-            f64::INFINITY
+            f32::INFINITY
         } else {
-            f64::NEG_INFINITY
+            f32::NEG_INFINITY
         }),
     }
 }
@@ -134,6 +136,14 @@ mod tests {
         );
         let prod = reduce(ReduceOp::Prod, &x, &[1], false, &s).unwrap();
         assert_eq!(prod.to_vec::<f32>().unwrap(), vec![1.0; 6]);
+        let x64 = Array::from_slice::<f64>(&[], &[0, 2]).unwrap();
+        let max = reduce(ReduceOp::Max, &x64, &[0], false, &s).unwrap();
+        assert_eq!(max.dtype(), Dtype::Float64);
+        assert_eq!(max.to_vec::<f64>().unwrap(), vec![f64::NEG_INFINITY; 2]);
+        let xi = Array::from_slice::<i64>(&[], &[2, 0]).unwrap();
+        let sum = reduce(ReduceOp::Sum, &xi, &[1], true, &s).unwrap();
+        assert_eq!(sum.dtype(), Dtype::Int64);
+        assert_eq!(sum.to_vec::<i64>().unwrap(), vec![0; 2]);
 
         let x = Array::from_slice::<i8>(&[], &[0, 2]).unwrap();
         let max = reduce(ReduceOp::Max, &x, &[0], false, &s).unwrap();
