@@ -71,29 +71,7 @@ pub fn scaled_dot_product_attention(
     mask: AttentionMask<'_>,
     s: &Stream,
 ) -> Result<Array> {
-    let (mode, arr) = match mask {
-        AttentionMask::None => ("", None),
-        AttentionMask::Causal => ("causal", None),
-        AttentionMask::Array(a) => ("array", Some(a)),
-    };
-    let mode = CString::new(mode).map_err(|_| Error::new("mask mode"))?;
-    let mut out = Array::empty();
-    // SAFETY: valid handles (or null where optional); the mode string outlives the call.
-    check(unsafe {
-        sys::mlx_fast_scaled_dot_product_attention(
-            &mut out.raw,
-            q.raw,
-            k.raw,
-            v.raw,
-            scale,
-            mode.as_ptr(),
-            raw_or_null(arr),
-            raw_or_null(None),
-            false,
-            s.raw,
-        )
-    })?;
-    Ok(out)
+    scaled_dot_product_attention_sinks(q, k, v, scale, mask, None, s)
 }
 
 /// Rotary position embedding over the first `dims` features of the last axis.
