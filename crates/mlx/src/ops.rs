@@ -346,6 +346,13 @@ pub fn softmax_axes(a: &Array, axes: &[i32], precise: bool, s: &Stream) -> Resul
     ))
 }
 
+fn optional_dtype(dtype: Option<Dtype>) -> sys::mlx_optional_dtype {
+    sys::mlx_optional_dtype {
+        value: dtype.map_or(sys::MLX_FLOAT32, Dtype::to_raw),
+        has_value: dtype.is_some(),
+    }
+}
+
 /// Cumulative product along an axis, accumulated and returned as `dtype` (or the input's type).
 #[track_caller]
 pub fn cumprod(
@@ -356,10 +363,7 @@ pub fn cumprod(
     dtype: Option<Dtype>,
     s: &Stream,
 ) -> Result<Array> {
-    let dtype = sys::mlx_optional_dtype {
-        value: dtype.map_or(sys::MLX_FLOAT32, Dtype::to_raw),
-        has_value: dtype.is_some(),
-    };
+    let dtype = optional_dtype(dtype);
     call!(mlx_cumprod_axis(
         a.raw, axis, reverse, inclusive, dtype, s.raw
     ))
@@ -375,10 +379,7 @@ pub fn cumsum(
     dtype: Option<Dtype>,
     s: &Stream,
 ) -> Result<Array> {
-    let dtype = sys::mlx_optional_dtype {
-        value: dtype.map_or(sys::MLX_FLOAT32, Dtype::to_raw),
-        has_value: dtype.is_some(),
-    };
+    let dtype = optional_dtype(dtype);
     call!(mlx_cumsum_axis(
         a.raw, axis, reverse, inclusive, dtype, s.raw
     ))

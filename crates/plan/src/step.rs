@@ -36,7 +36,7 @@ pub use gather_scatter::{
 pub use host_compute::{HostValue, UniqueResult, WindowKind, cosine_window, unique};
 pub use resize_interp::{
     AspectPolicy, InterpArgs, InterpAxis, InterpCoordinates, InterpMode, InterpSpec, cubic_coeffs,
-    interpolated_axes, resize_output, source_coordinate,
+    interpolated_axes, resize_output, resize_target, source_coordinate,
 };
 
 /// A value slot: the index of one array in the runtime's value table.
@@ -1477,25 +1477,14 @@ impl ResizeSpec {
         host: &mut dyn HostReader,
     ) -> Result<Vec<(i32, Vec<i32>)>, String> {
         let rank = input_shape.len();
-        let axes: Vec<usize> = match &self.axes {
-            Some(a) => normalize_axes(a, rank)?,
-            None => (0..rank).collect(),
-        };
-        let sizes = match &self.sizes {
-            Some(s) => Some(s.get(host)?).filter(|v| !v.is_empty()),
-            None => None,
-        };
-        let scales = match (&sizes, &self.scales) {
-            (None, Some(s)) => Some(s.get(host)?).filter(|v| !v.is_empty()),
-            _ => None,
-        };
         // ORT's output sizes (float32 products, the aspect-ratio policy) and scales.
-        let (out_shape, scales) = resize_output(
+        let (_, out_shape, scales) = resize_target(
             input_shape,
-            &axes,
-            scales.as_deref(),
-            sizes.as_deref(),
+            self.axes.as_deref(),
+            self.sizes.as_ref(),
+            self.scales.as_ref(),
             self.policy,
+            host,
         )?;
         // ORT copies the input when no dim changes size, whatever the scales.
         if out_shape == input_shape {

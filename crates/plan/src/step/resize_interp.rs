@@ -165,6 +165,42 @@ pub fn cubic_coeffs(s: f32, a: f32) -> [f32; 4] {
     ]
 }
 
+/// The listed axes, output shape and per-axis scales of a Resize (see [`resize_target`]).
+pub type ResizeTarget = (Vec<usize>, Vec<i64>, Vec<f32>);
+
+/// Reads a Resize's `axes`, `sizes` and `scales` (`sizes` wins when both are given; an empty
+/// tensor counts as absent) for an input of `input_shape` and applies [`resize_output`]: the
+/// listed axes, the output shape and the per-axis scales.
+pub fn resize_target(
+    input_shape: &[i64],
+    axes: Option<&[i64]>,
+    sizes: Option<&ShapeSource>,
+    scales: Option<&FloatSource>,
+    policy: AspectPolicy,
+    host: &mut dyn HostReader,
+) -> Result<ResizeTarget, String> {
+    let listed: Vec<usize> = match axes {
+        Some(a) => normalize_axes(a, input_shape.len())?,
+        None => (0..input_shape.len()).collect(),
+    };
+    let sizes = match sizes {
+        Some(s) => Some(s.get(host)?).filter(|v| !v.is_empty()),
+        None => None,
+    };
+    let scales = match (&sizes, scales) {
+        (None, Some(s)) => Some(s.get(host)?).filter(|v| !v.is_empty()),
+        _ => None,
+    };
+    let (out_shape, scales) = resize_output(
+        input_shape,
+        &listed,
+        scales.as_deref(),
+        sizes.as_deref(),
+        policy,
+    )?;
+    Ok((listed, out_shape, scales))
+}
+
 /// Output dims and full-rank float32 scales of ONNX Runtime's `Resize`/`Upsample` for an input
 /// of `input_shape`: with sizes, `scale = out / in` (1 for empty dims), then under a
 /// `not_larger` / `not_smaller` policy one scale (the min / max) for the listed axes and
@@ -270,24 +306,13 @@ impl InterpSpec {
         host: &mut dyn HostReader,
     ) -> Result<InterpArgs, String> {
         let rank = input_shape.len();
-        let listed: Vec<usize> = match &self.axes {
-            Some(a) => normalize_axes(a, rank)?,
-            None => (0..rank).collect(),
-        };
-        let sizes = match &self.sizes {
-            Some(s) => Some(s.get(host)?).filter(|v| !v.is_empty()),
-            None => None,
-        };
-        let scales = match (&sizes, &self.scales) {
-            (None, Some(s)) => Some(s.get(host)?).filter(|v| !v.is_empty()),
-            _ => None,
-        };
-        let (out_shape, scales) = resize_output(
+        let (listed, out_shape, scales) = resize_target(
             input_shape,
-            &listed,
-            scales.as_deref(),
-            sizes.as_deref(),
+            self.axes.as_deref(),
+            self.sizes.as_ref(),
+            self.scales.as_ref(),
             self.policy,
+            host,
         )?;
         let (transform, roi, extrapolation) = match &self.coordinates {
             InterpCoordinates::Transform(t) => (Some(*t), None, None),
