@@ -1,16 +1,28 @@
 //! `OrtNodeComputeInfo` of one compiled fused node: kernel-context I/O around
 //! [`runtime::Executable::run`].
 
+use std::cell::RefCell;
 use std::ffi::c_void;
 use std::ptr;
 
 use onnx_ir::DataType;
 use ort_sys::{ONNXTensorElementDataType, OrtKernelContext, OrtTensorTypeAndShapeInfo, OrtValue};
-use runtime::{Executable, InputTensor};
+use runtime::{Executable, InputTensor, RunContext};
 
 use crate::abi::{ORT_ABI_VERSION, OrtNodeComputeContext, OrtNodeComputeInfo, StatusPtr};
 use crate::api::Api;
 use crate::error::{EpError, guard, guard_value};
+
+thread_local! {
+    /// The generation key of the run this thread is in (from `OnRunStart`; ORT computes the
+    /// nodes of a sequential run on the thread that called `Run`).
+    static GENERATION_KEY: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// Sets the generation key of the run starting (or, with `None`, ending) on this thread.
+pub fn set_generation_key(key: Option<String>) {
+    GENERATION_KEY.with(|k| *k.borrow_mut() = key);
+}
 
 /// A compiled fused node; the vtable is its first field. Holds no ORT handle.
 #[repr(C)]
@@ -129,9 +141,13 @@ impl ComputeInfo {
             })
             .collect();
 
+        let key = GENERATION_KEY.with(|k| k.borrow().clone());
+        let run = RunContext {
+            generation_key: key.as_deref(),
+        };
         let outputs = self
             .exe
-            .run(&inputs)
+            .run_with(&inputs, &run)
             // ORT_FAIL, not ORT_EP_FAIL: a failed run (a bad feed, a foreign thread, a guard)
             // leaves the session usable, and ORT's Python API answers EP_FAIL by rebuilding
             // the session on the CPU EP for good.

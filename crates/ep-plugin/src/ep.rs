@@ -6,7 +6,7 @@ use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use onnx_ir::{Graph, ValueInfo};
-use ort_sys::{OrtGraph, OrtNode, OrtStatusPtr};
+use ort_sys::{OrtGraph, OrtNode, OrtRunOptions, OrtStatusPtr};
 
 use crate::abi::{
     ORT_ABI_VERSION, OrtEp, OrtEpGraphSupportInfo, OrtNodeComputeInfo, OrtNodeFusionOptions,
@@ -48,8 +48,8 @@ impl Ep {
                 GetPreferredDataLayout: None,
                 ShouldConvertDataLayoutForOp: None,
                 SetDynamicOptions: None,
-                OnRunStart: None,
-                OnRunEnd: None,
+                OnRunStart: Some(on_run_start),
+                OnRunEnd: Some(on_run_end),
                 CreateAllocator: None,
                 CreateSyncStreamForDevice: None,
                 GetCompiledModelCompatibilityInfo: None,
@@ -602,6 +602,44 @@ unsafe extern "system" fn compile(
             // SAFETY: ORT's array of `count` slots.
             unsafe { *node_compute_infos.add(i) = info.into_raw() };
         }
+        Ok(())
+    })
+}
+
+/// Reads the run's generation key (run option [`runtime::GENERATION_KEY`]) for the fused
+/// nodes this thread computes in the run.
+unsafe extern "system" fn on_run_start(
+    this: *mut OrtEp,
+    run_options: *const OrtRunOptions,
+) -> StatusPtr {
+    guard("OnRunStart", || {
+        // SAFETY: ORT passes the EP it created.
+        let ep = unsafe { Ep::from_ptr(this) };
+        let key = if run_options.is_null() {
+            None
+        } else {
+            let name = crate::api::to_cstring(runtime::GENERATION_KEY);
+            // SAFETY: live run options; the returned string is owned by them.
+            let value = unsafe { (ep.api.ort.GetRunConfigEntry)(run_options, name.as_ptr()) };
+            // SAFETY: NUL-terminated when not null.
+            (!value.is_null()).then(|| {
+                unsafe { CStr::from_ptr(value) }
+                    .to_string_lossy()
+                    .into_owned()
+            })
+        };
+        crate::compute::set_generation_key(key);
+        Ok(())
+    })
+}
+
+unsafe extern "system" fn on_run_end(
+    _this: *mut OrtEp,
+    _run_options: *const OrtRunOptions,
+    _sync_stream: bool,
+) -> StatusPtr {
+    guard("OnRunEnd", || {
+        crate::compute::set_generation_key(None);
         Ok(())
     })
 }

@@ -15,6 +15,10 @@ pub(crate) struct Slots {
     /// Host copies of slots computed on the host (the plan's host program), so reading them
     /// back needs no device sync.
     host_values: std::collections::HashMap<Slot, onnx_ir::TensorData>,
+    /// Integer values already read back from the device in this run: slots are written once
+    /// per run, so each is synchronised at most once (GroupQueryAttention layers all read the
+    /// same `seqlens_k` and `total_sequence_length`).
+    read_back: std::cell::RefCell<std::collections::HashMap<Slot, Vec<i64>>>,
     /// Status flags of guarded steps (see `guard`).
     pub(crate) flags: crate::guard::Flags,
 }
@@ -42,12 +46,14 @@ impl Slots {
         Slots {
             values: (0..n).map(|_| None).collect(),
             host_values: Default::default(),
+            read_back: Default::default(),
             flags: Default::default(),
         }
     }
 
     /// Binds an array to a slot.
     pub(crate) fn set(&mut self, slot: Slot, value: Array) {
+        self.read_back.get_mut().remove(&slot);
         self.values[slot.index()] = Some(value);
     }
 
@@ -111,7 +117,12 @@ impl HostReader for Host<'_> {
         {
             return Ok(v);
         }
-        self.values::<i64>(slot, Dtype::Int64)
+        if let Some(v) = self.slots.read_back.borrow().get(&slot) {
+            return Ok(v.clone());
+        }
+        let v = self.values::<i64>(slot, Dtype::Int64)?;
+        self.slots.read_back.borrow_mut().insert(slot, v.clone());
+        Ok(v)
     }
 
     fn floats(&mut self, slot: Slot) -> Result<Vec<f64>, String> {

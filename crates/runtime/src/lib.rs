@@ -7,6 +7,7 @@
 
 mod compiled;
 mod contrib;
+mod decode;
 mod dtype;
 mod empty_reduce;
 mod guard;
@@ -24,6 +25,7 @@ use plan::{Plan, Slot};
 use run_gate::RunGate;
 
 pub use compiled::{CacheStats, CompileSlot, GENERAL_CAPACITY, PREFILL_CAPACITY};
+pub use decode::{DecodeStats, GENERATION_KEY, RunContext};
 pub use dtype::{to_mlx, to_onnx};
 pub use guard::{MAX_TENSOR_BYTES_VAR, max_tensor_bytes};
 
@@ -120,6 +122,8 @@ impl OutputTensor {
 /// Mutable per-run state, used by one thread at a time (behind the run gate and a lock).
 struct RunState {
     compiled: CompiledCache,
+    /// The current generation of a decoder with a KV cache (`None` for other plans).
+    decode: Option<decode::DecodeState>,
 }
 
 /// A plan with its constants: everything a trace needs, shared with compiled closures.
@@ -298,6 +302,12 @@ impl Executable {
             program.plan.compile_class(),
             if compile { "on" } else { "off" }
         );
+        let decode = {
+            let plan = &program.plan;
+            let inputs: Vec<&str> = plan.inputs.iter().map(|i| i.name.as_str()).collect();
+            let outputs: Vec<&str> = plan.output_names.iter().map(String::as_str).collect();
+            decode::DecodeState::new(inputs.len(), decode::cache_pairs(&inputs, &outputs))
+        };
         Ok(Executable {
             program: Arc::new(program),
             device,
@@ -305,7 +315,7 @@ impl Executable {
             // Any thread may run, one at a time: runs execute on the lane's streams, which
             // are not tied to a thread.
             gate: RunGate::with_policy(run_gate::Policy::AnyThreadSerialized),
-            state: Mutex::new(RunState { compiled }),
+            state: Mutex::new(RunState { compiled, decode }),
         })
     }
 
@@ -324,8 +334,26 @@ impl Executable {
         self.state.lock().compiled.stats()
     }
 
+    /// Counters of the decode path (`None` when the plan has no KV cache; see `decode`).
+    pub fn decode_stats(&self) -> Option<DecodeStats> {
+        self.state
+            .lock()
+            .decode
+            .as_ref()
+            .map(decode::DecodeState::stats)
+    }
+
     /// Runs the plan on inputs given in the plan's input order.
     pub fn run(&self, inputs: &[InputTensor<'_>]) -> Result<Vec<OutputTensor>, RuntimeError> {
+        self.run_with(inputs, &RunContext::default())
+    }
+
+    /// Runs the plan as [`Executable::run`], with the caller's per-run context.
+    pub fn run_with(
+        &self,
+        inputs: &[InputTensor<'_>],
+        ctx: &RunContext<'_>,
+    ) -> Result<Vec<OutputTensor>, RuntimeError> {
         let _run = self.gate.enter().map_err(|e| RuntimeError(e.to_string()))?;
         let mut state = self.state.lock();
         let plan = &self.program.plan;
@@ -336,7 +364,6 @@ impl Executable {
                 inputs.len()
             )));
         }
-        let mut arrays = Vec::with_capacity(inputs.len());
         for (input, tensor) in plan.inputs.iter().zip(inputs) {
             if tensor.dtype != input.dtype {
                 return Err(RuntimeError(format!(
@@ -344,9 +371,24 @@ impl Executable {
                     input.name, tensor.dtype, input.dtype
                 )));
             }
-            let shape = dims_i32(tensor.dims)?;
-            arrays.push(packed::array_from_bytes(tensor.data, &shape, tensor.dtype)?);
         }
+        let RunState { compiled, decode } = &mut *state;
+        let bound = match decode {
+            Some(d) => d.begin(inputs, ctx),
+            None => vec![None; inputs.len()],
+        };
+        let mut arrays = Vec::with_capacity(inputs.len());
+        for (tensor, bound) in inputs.iter().zip(bound) {
+            arrays.push(match bound {
+                Some(a) => a,
+                None => {
+                    let shape = dims_i32(tensor.dims)?;
+                    packed::array_from_bytes(tensor.data, &shape, tensor.dtype)?
+                }
+            });
+        }
+        // The decode path keeps this step's input arrays for the next one.
+        let kept_inputs = decode.is_some().then(|| arrays.clone());
         let shapes: Vec<Vec<i64>> = inputs.iter().map(|t| t.dims.to_vec()).collect();
         let host = if plan.host.is_empty() {
             Vec::new()
@@ -355,7 +397,6 @@ impl Executable {
         };
         let lane = self.lane.enter()?;
         let stream = lane.stream(self.device);
-        let RunState { compiled } = &mut *state;
         let outputs = match compiled.slot_for(&shapes) {
             Some(slot) => compiled.run(slot, &self.program, self.device, &arrays, host, shapes)?,
             None => self.program.trace(arrays, &host, stream)?,
@@ -377,11 +418,17 @@ impl Executable {
         if let Some(status) = &status {
             self.program.check_status(status)?;
         }
+        let outputs = outputs
+            .iter()
+            .map(|a| a.to_contiguous(stream))
+            .collect::<mlx::Result<Vec<Array>>>()?;
+        if let (Some(d), Some(kept)) = (decode, kept_inputs) {
+            d.finish(&kept, &outputs);
+        }
         outputs
             .into_iter()
             .zip(&plan.outputs)
-            .map(|(a, slot)| {
-                let array = a.to_contiguous(stream)?;
+            .map(|(array, slot)| {
                 // the plan's type when MLX holds it as this dtype (float8 codes are uint8)
                 let declared = plan.dtype(*slot);
                 let dtype = match to_mlx(declared) {

@@ -422,3 +422,163 @@ fn decode_shaped_runs_use_one_shapeless_closure() {
         assert_eq!(stats.eager_fallbacks, 4, "{stats:?}");
     }
 }
+
+/// A one-layer "decoder": `present = Concat(past, x)` along the sequence axis, `y = past-mean
+/// of present`, plus an encoder state `enc` that stays the same through a generation.
+fn cached_decoder() -> Graph {
+    let dims = |s: &str| vec![Dim::Fixed(1), Dim::Symbolic(s.into()), Dim::Fixed(2)];
+    graph(
+        vec![
+            ValueInfo::new("x", DataType::Float, dims("s")),
+            ValueInfo::new("enc", DataType::Float, dims("e")),
+            ValueInfo::new("past_key_values.0.key", DataType::Float, dims("p")),
+        ],
+        vec![
+            ValueInfo::new(
+                "y",
+                DataType::Float,
+                vec![Dim::Fixed(1), Dim::Fixed(1), Dim::Fixed(2)],
+            ),
+            ValueInfo::new("present.0.key", DataType::Float, dims("t")),
+        ],
+        vec![
+            Node::new("Concat", ["past_key_values.0.key", "x"], ["present.0.key"])
+                .with_attr("axis", Attribute::Int(1)),
+            Node::new("ReduceMean", ["present.0.key"], ["m"])
+                .with_attr("axes", Attribute::Ints(vec![1]))
+                .with_attr("keepdims", Attribute::Int(1)),
+            Node::new("ReduceMean", ["enc"], ["em"])
+                .with_attr("axes", Attribute::Ints(vec![1]))
+                .with_attr("keepdims", Attribute::Int(1)),
+            Node::new("Add", ["m", "em"], ["y"]),
+        ],
+    )
+}
+
+/// Runs one decoder step; returns `y` and `present`.
+fn decoder_step(
+    exe: &Executable,
+    x: &[f32],
+    enc: &[f32],
+    past: &[f32],
+    key: Option<&str>,
+) -> (Vec<f32>, Vec<f32>) {
+    let (xb, eb, pb) = (f32_bytes(x), f32_bytes(enc), f32_bytes(past));
+    let dims = |v: &[f32]| [1, v.len() as i64 / 2, 2];
+    let (xd, ed, pd) = (dims(x), dims(enc), dims(past));
+    let out = exe
+        .run_with(
+            &[
+                InputTensor {
+                    dtype: DataType::Float,
+                    dims: &xd,
+                    data: &xb,
+                },
+                InputTensor {
+                    dtype: DataType::Float,
+                    dims: &ed,
+                    data: &eb,
+                },
+                InputTensor {
+                    dtype: DataType::Float,
+                    dims: &pd,
+                    data: &pb,
+                },
+            ],
+            &runtime::RunContext {
+                generation_key: key,
+            },
+        )
+        .unwrap();
+    (f32s(out[0].data()), f32s(out[1].data()))
+}
+
+fn assert_close(got: &[f32], want: &[f32]) {
+    assert_eq!(got.len(), want.len());
+    for (g, w) in got.iter().zip(want) {
+        assert!(
+            (g - w).abs() <= 1e-5 * w.abs().max(1.0),
+            "{got:?} vs {want:?}"
+        );
+    }
+}
+
+#[test]
+fn a_generation_carries_its_cache_and_resets_on_a_new_prompt_or_key() {
+    let g = cached_decoder();
+    let exe = executable(&g);
+    let plain = {
+        let plan = plan::build_plan(&g, &plan::Registry::default()).unwrap();
+        let opts = RuntimeOptions {
+            share_initializers: false,
+            ..RuntimeOptions::default()
+        };
+        Executable::new(plan, &opts).unwrap()
+    };
+    let enc = [0.5f32, -1.0, 1.5, 2.0];
+    let expected_y = |present: &[f32]| -> Vec<f32> {
+        let n = present.len() / 2;
+        (0..2)
+            .map(|c| {
+                let m: f32 = (0..n).map(|t| present[2 * t + c]).sum::<f32>() / n as f32;
+                m + (enc[c] + enc[2 + c]) / 2.0
+            })
+            .collect()
+    };
+    let mut generation = |key: Option<&str>, prompt: &[f32], steps: usize| {
+        // Prefill with an empty cache, then feed each present back as the next past.
+        let (y, mut present) = decoder_step(&exe, prompt, &enc, &[], key);
+        assert_close(&y, &expected_y(&present));
+        for step in 0..steps {
+            let x = [step as f32, -(step as f32)];
+            let (y, next) = decoder_step(&exe, &x, &enc, &present, key);
+            let mut want = present.clone();
+            want.extend_from_slice(&x);
+            assert_eq!(next, want, "present grows by the new token");
+            assert_close(&y, &expected_y(&next));
+            // An executable without a decode history gives the same step.
+            assert_eq!(
+                (y, next.clone()),
+                decoder_step(&plain, &x, &enc, &present, None)
+            );
+            present = next;
+        }
+        present
+    };
+    let first = generation(None, &[1.0, 2.0, 3.0, 4.0], 3);
+    let s = exe.decode_stats().expect("a decoder with a KV cache");
+    assert_eq!(s.generations, 1, "{s:?}");
+    assert_eq!(s.steps, 4, "{s:?}");
+    let reuse = std::env::var_os("ORTMLX_DISABLE_DECODE_REUSE").is_none();
+    if reuse {
+        assert_eq!(
+            s.carried_inputs, 3,
+            "each decode step reuses the previous present: {s:?}"
+        );
+        assert_eq!(
+            s.reused_inputs, 3,
+            "the unchanged encoder state is reused: {s:?}"
+        );
+    }
+    // A new prompt (empty past) starts a new generation.
+    generation(None, &[9.0, 8.0], 2);
+    assert_eq!(exe.decode_stats().unwrap().generations, 2);
+    // A cache that does not continue the previous step (edited between steps) is uploaded
+    // and starts a generation; the result follows the edited cache.
+    let mut edited = first.clone();
+    edited[0] += 1.0;
+    let (y, present) = decoder_step(&exe, &[0.0, 0.0], &enc, &edited, None);
+    assert_eq!(present[..edited.len()], edited[..]);
+    assert_close(&y, &expected_y(&present));
+    if reuse {
+        assert_eq!(exe.decode_stats().unwrap().generations, 3);
+    }
+    // A changed generation key starts a new generation even when the cache continues.
+    let (_, p1) = decoder_step(&exe, &[1.0, 1.0], &enc, &present, Some("a"));
+    let before = exe.decode_stats().unwrap().generations;
+    decoder_step(&exe, &[1.0, 1.0], &enc, &p1, Some("b"));
+    assert_eq!(exe.decode_stats().unwrap().generations, before + 1);
+    decoder_step(&exe, &[1.0, 1.0], &enc, &p1, Some("b"));
+    // Plans without a cache have no decode path.
+    assert!(executable(&gelu_graph()).decode_stats().is_none());
+}
