@@ -59,6 +59,17 @@ enum Reset {
     Discontinued,
 }
 
+impl Reset {
+    fn describe(self) -> &'static str {
+        match self {
+            Reset::First => "first run",
+            Reset::EmptyPast => "empty past cache",
+            Reset::KeyChanged => "generation key changed",
+            Reset::Discontinued => "the cache does not continue the previous step",
+        }
+    }
+}
+
 /// The state of a decoder's current generation.
 pub(crate) struct DecodeState {
     /// `(input index, output index)` of each cache pair.
@@ -176,9 +187,10 @@ impl DecodeState {
         if let Some(why) = reset {
             self.started = true;
             self.stats.generations += 1;
-            log::debug!(
-                "decode: generation {} starts ({why:?})",
-                self.stats.generations
+            log::info!(
+                "decode: generation {} starts ({})",
+                self.stats.generations,
+                why.describe()
             );
             self.carried.iter_mut().for_each(|c| *c = None);
             self.previous.iter_mut().for_each(|c| *c = None);
@@ -246,5 +258,18 @@ mod tests {
         );
         assert!(cache_pairs(&["x"], &["y"]).is_empty());
         assert!(DecodeState::new(1, Vec::new()).is_none());
+    }
+}
+
+impl Drop for DecodeState {
+    fn drop(&mut self) {
+        let s = self.stats;
+        log::info!(
+            "decode: {} generation(s), {} step(s), {} cache input(s) carried, {} input(s) reused",
+            s.generations,
+            s.steps,
+            s.carried_inputs,
+            s.reused_inputs
+        );
     }
 }
