@@ -231,6 +231,19 @@ impl DecodeState {
     }
 }
 
+impl Drop for DecodeState {
+    fn drop(&mut self) {
+        let s = self.stats;
+        log::info!(
+            "decode: {} generation(s), {} step(s), {} cache input(s) carried, {} input(s) reused",
+            s.generations,
+            s.steps,
+            s.carried_inputs,
+            s.reused_inputs
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -258,18 +271,5 @@ mod tests {
         );
         assert!(cache_pairs(&["x"], &["y"]).is_empty());
         assert!(DecodeState::new(1, Vec::new()).is_none());
-    }
-}
-
-impl Drop for DecodeState {
-    fn drop(&mut self) {
-        let s = self.stats;
-        log::info!(
-            "decode: {} generation(s), {} step(s), {} cache input(s) carried, {} input(s) reused",
-            s.generations,
-            s.steps,
-            s.carried_inputs,
-            s.reused_inputs
-        );
     }
 }

@@ -525,7 +525,7 @@ fn a_generation_carries_its_cache_and_resets_on_a_new_prompt_or_key() {
             })
             .collect()
     };
-    let mut generation = |key: Option<&str>, prompt: &[f32], steps: usize| {
+    let generation = |key: Option<&str>, prompt: &[f32], steps: usize| {
         // Prefill with an empty cache, then feed each present back as the next past.
         let (y, mut present) = decoder_step(&exe, prompt, &enc, &[], key);
         assert_close(&y, &expected_y(&present));
