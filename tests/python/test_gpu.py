@@ -25,7 +25,9 @@ def matmul_model(dtype):
     w = rng.standard_normal((128, 32)).astype(np.float32 if dtype == TensorProto.FLOAT else np.float64)
     node = helper.make_node("MatMul", ["x", "w"], ["y"])
     graph = helper.make_graph([node], "g", [x], [y], [helper.make_tensor("w", dtype, w.shape, w.flatten())])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), w
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8  # what every supported ORT reads, whatever onnx version built it
+    return model, w
 
 
 def test_float32_matmul_runs_on_the_gpu_stream_without_tf32(capfd):

@@ -6,17 +6,19 @@ declines are asserted to stay on the CPU EP.
 Covers ConvTranspose, Resize linear / cubic (and Resize-10 / Upsample), TopK, Einsum,
 ScatterND / ScatterElements / Scatter, GatherND, DepthToSpace / SpaceToDepth, Hardmax,
 LpNormalization, MeanVarianceNormalization, LpPool / GlobalLpPool, MaxUnpool, OneHot,
-Compress, NonZero, ReverseSequence, Trilu with a run-time k, EyeLike, Shrink and float Mod.
+Compress, NonZero, ReverseSequence, Trilu with a run-time k, EyeLike, Shrink, float Mod, and
+RNN / GRU / LSTM.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import assert_on_cpu, check_against_cpu, make_session, run
+from conftest import assert_on_cpu, assert_on_mlx, check_against_cpu, make_session, run
 from models import graph_model, node_model
 
 
@@ -868,3 +870,136 @@ def test_spatial_transformer_runs_on_mlx():
     ]
     model = typed_model(nodes, {"X": x, "theta": theta}, {"Y": (TensorProto.FLOAT, [2, 3, 4, 7])}, consts={"size": np.array([2, 3, 4, 7], np.int64)}, opset=20)
     check_against_cpu(model, {"X": x, "theta": theta}, ["AffineGrid", "GridSample"], all_on_mlx=True)
+
+
+# ---------------------------------------------------------------------------
+# RNN / GRU / LSTM (time loop unrolled at plan time; sequence_lens as a mask)
+
+def recurrent_model(op, t, batch, inp, hidden, *, direction="forward", bias=True, lens=None, initial=False, peepholes=False, outputs=None, seed=30, **attrs):
+    """One recurrent node over X [t, batch, inp]; returns (model, feeds)."""
+    gates = {"RNN": 1, "GRU": 3, "LSTM": 4}[op]
+    dirs = 2 if direction == "bidirectional" else 1
+    feeds = {"X": randn(t, batch, inp, seed=seed)}
+    consts = {
+        "W": randn(dirs, gates * hidden, inp, seed=seed + 1, scale=0.5),
+        "R": randn(dirs, gates * hidden, hidden, seed=seed + 2, scale=0.5),
+    }
+    inputs = ["X", "W", "R", "", "", ""]
+    if bias:
+        consts["B"] = randn(dirs, 2 * gates * hidden, seed=seed + 3, scale=0.5)
+        inputs[3] = "B"
+    if lens is not None:
+        feeds["sequence_lens"] = np.asarray(lens, np.int32)
+        inputs[4] = "sequence_lens"
+    if initial:
+        feeds["initial_h"] = randn(dirs, batch, hidden, seed=seed + 4)
+        inputs[5] = "initial_h"
+        if op == "LSTM":
+            feeds["initial_c"] = randn(dirs, batch, hidden, seed=seed + 5)
+            inputs.append("initial_c")
+    if peepholes:
+        if len(inputs) == 6:
+            inputs.append("")
+        consts["P"] = randn(dirs, 3 * hidden, seed=seed + 6, scale=0.5)
+        inputs.append("P")
+    while inputs[-1] == "":
+        inputs.pop()
+    names = ["Y", "Y_h", "Y_c"][: 3 if op == "LSTM" else 2]
+    outputs = outputs or names
+    node_outputs = [n if n in outputs else "" for n in names]
+    while node_outputs[-1] == "":
+        node_outputs.pop()
+    shapes = {"Y": [t, dirs, batch, hidden], "Y_h": [dirs, batch, hidden], "Y_c": [dirs, batch, hidden]}
+    node = helper.make_node(op, inputs, node_outputs, name=op.lower(), hidden_size=hidden, direction=direction, **attrs)
+    model = typed_model([node], feeds, {n: (TensorProto.FLOAT, shapes[n]) for n in outputs}, consts=consts, opset=14)
+    return model, feeds
+
+
+def test_lstm_bidirectional_sequence_lens_initial_states():
+    model, feeds = recurrent_model("LSTM", 6, 3, 5, 4, direction="bidirectional", lens=[6, 2, 4], initial=True, peepholes=True)
+    check_against_cpu(model, feeds, ["LSTM"])
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse"])
+def test_lstm_input_forget_clip(direction):
+    model, feeds = recurrent_model("LSTM", 5, 2, 3, 6, direction=direction, lens=[3, 5], initial=True, input_forget=1, clip=0.8)
+    check_against_cpu(model, feeds, ["LSTM"])
+
+
+@pytest.mark.parametrize("outputs", [["Y"], ["Y_h"], ["Y_c"], ["Y_h", "Y_c"]], ids=["y", "y_h", "y_c", "y_h-y_c"])
+def test_lstm_output_subsets(outputs):
+    model, feeds = recurrent_model("LSTM", 4, 2, 3, 5, outputs=outputs, bias=False)
+    check_against_cpu(model, feeds, ["LSTM"])
+
+
+def test_lstm_other_activations():
+    model, feeds = recurrent_model(
+        "LSTM", 4, 2, 3, 4, direction="bidirectional", initial=True,
+        activations=["HardSigmoid", "LeakyRelu", "Softsign", "Sigmoid", "ScaledTanh", "Elu"],
+        activation_alpha=[0.3, 0.05, 0.9, 1.2], activation_beta=[0.4, 1.1],
+    )
+    check_against_cpu(model, feeds, ["LSTM"])
+
+
+@pytest.mark.parametrize("linear_before_reset", [0, 1])
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+def test_gru(linear_before_reset, direction):
+    model, feeds = recurrent_model("GRU", 5, 3, 4, 6, direction=direction, lens=[5, 1, 3], initial=True, linear_before_reset=linear_before_reset)
+    check_against_cpu(model, feeds, ["GRU"])
+
+
+@pytest.mark.parametrize("linear_before_reset", [0, 1])
+def test_gru_no_bias_no_initial_state(linear_before_reset):
+    model, feeds = recurrent_model("GRU", 4, 2, 3, 5, bias=False, linear_before_reset=linear_before_reset, activations=["Sigmoid", "Softplus"])
+    check_against_cpu(model, feeds, ["GRU"])
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+def test_rnn_relu(direction):
+    dirs = 2 if direction == "bidirectional" else 1
+    model, feeds = recurrent_model("RNN", 5, 3, 4, 3, direction=direction, lens=[5, 3, 1], initial=True, activations=["Relu"] * dirs, clip=2.5)
+    check_against_cpu(model, feeds, ["RNN"])
+
+
+def test_rnn_defaults_tanh():
+    model, feeds = recurrent_model("RNN", 3, 2, 4, 5, bias=False)
+    check_against_cpu(model, feeds, ["RNN"])
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+def test_recurrent_empty_sequence_zeroes_final_states(op):
+    """ORT ends a length-0 sequence with zero states, not the initial ones."""
+    model, feeds = recurrent_model(op, 4, 3, 3, 4, direction="bidirectional", lens=[4, 0, 2], initial=True)
+    check_against_cpu(model, feeds, [op])
+
+
+@pytest.mark.parametrize("op", ["RNN", "GRU", "LSTM"])
+def test_recurrent_float16_on_mlx(op):
+    """float16 (which ORT's CPU kernels lack) runs on MLX in float32 and matches the float32
+    CPU result within half precision."""
+    model, feeds = recurrent_model(op, 4, 2, 3, 4, direction="bidirectional", lens=[4, 2], initial=True)
+    expected = run(make_session(model, mlx=False), feeds)
+    half = onnx.ModelProto()
+    half.CopyFrom(model)
+    for init in half.graph.initializer:
+        init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init).astype(np.float16), init.name))
+    for v in list(half.graph.input) + list(half.graph.output):
+        if v.type.tensor_type.elem_type == TensorProto.FLOAT:
+            v.type.tensor_type.elem_type = TensorProto.FLOAT16
+    feeds16 = {k: (v.astype(np.float16) if v.dtype == np.float32 else v) for k, v in feeds.items()}
+    session = make_session(half, mlx=True)
+    actual = run(session, feeds16)
+    assert_on_mlx(session, [op])
+    for a, e in zip(actual, expected):
+        assert a.dtype == np.float16
+        np.testing.assert_allclose(a.astype(np.float32), e, rtol=5e-3, atol=5e-3)
+
+
+def test_lstm_dynamic_seq_length_stays_on_cpu():
+    """The time loop is unrolled at plan time: a symbolic seq_length is declined."""
+    model, feeds = recurrent_model("LSTM", 3, 2, 3, 4)
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "T"
+    for out in model.graph.output:
+        if out.name == "Y":
+            out.type.tensor_type.shape.dim[0].dim_param = "T"
+    stays_on_cpu(model, feeds, "LSTM")

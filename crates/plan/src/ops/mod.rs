@@ -24,6 +24,7 @@ pub mod norm;
 pub mod normalize;
 pub mod pool_more;
 pub mod quantize;
+pub mod recurrent;
 pub mod reduce;
 pub mod resize;
 pub mod shape;
@@ -56,6 +57,7 @@ pub fn register_all(r: &mut Registry) {
     signal::register(r);
     transformer::register(r);
     microsoft::register(r);
+    recurrent::register(r);
 }
 
 /// DataType::Float types MLX computes on every device.
