@@ -33,3 +33,11 @@ echo "== benchmarks"
 timeout 230 python3 tests/gpu/bench_gpu.py "$out/gpu_bench.json" "${ORTMLX_GPU_BENCH:-encoder,llama-tiny,llama-large}" 2> "$out/bench.err"
 echo "bench exit $?"
 tail -n 5 "$out/bench.err"
+
+echo "== MLX exit abort reproducer (no ORT involved; see docs/usage.md)"
+if gcc -O1 -o /tmp/mlx_exit_abort tests/gpu/mlx_exit_abort.c -I"$root/ortmlx_gpu/include" -L"$lib" -lmlxc -Wl,-rpath,"$lib"; then
+  for args in "0 reshape 1" "0 abs 1" "1 reshape 1" "1 abs 1"; do
+    /tmp/mlx_exit_abort $args > /tmp/abort.log 2>&1
+    echo "mlx_exit_abort $args: exit $? $(tail -n 1 /tmp/abort.log)"
+  done
+fi

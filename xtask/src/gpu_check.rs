@@ -148,6 +148,17 @@ pub fn run_check() -> Result<()> {
             .arg(unpacked.join("mlx/include").join(dir))
             .arg(&include))?;
     }
+    // mlx-c's headers, for the exit-abort reproducer (tests/gpu/mlx_exit_abort.c).
+    run(Command::new("cp")
+        .arg("-r")
+        .arg(
+            mlxc.parent()
+                .and_then(Path::parent)
+                .map(|p| p.join("include"))
+                .unwrap_or_default()
+                .join("mlx"),
+        )
+        .arg(&include))?;
     run(Command::new("tar")
         .arg("-cJf")
         .arg(gpu.join("bundle.tar.xz"))
