@@ -10,6 +10,7 @@ arguments (Reshape's shape, Slice's starts, ...) are initializers, as exporters 
 from __future__ import annotations
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
@@ -685,3 +686,58 @@ def test_resize_nearest(case):
         node_inputs = ["X", "", "", "sizes"]
     model = node_model("Resize", {"X": x}, consts=consts, node_inputs=node_inputs, attrs=attrs, opset=13)
     check_against_cpu(model, {"X": x}, ["Resize"])
+
+
+PAD_GATHER = [
+    # (mode, shape, pads (ONNX order: all begins then all ends), axes or None, pads as a feed)
+    ("reflect", (2, 3, 4), [0, 1, 2, 0, 2, 3], None, False),
+    ("wrap", (2, 3, 4), [0, 3, 2, 1, 0, 4], None, False),
+    ("reflect", (1, 3, 5, 6), [2, 5, 1, 3], [-2, -1], False),
+    ("wrap", (3, 4), [1, 2, 2, 1], None, True),
+    ("wrap", (2, 3), [3, 7, 2, 5], None, True),
+    ("reflect", (4, 2), [3, 1, 0, 1], None, True),
+]
+
+
+#: ORT's CPU EP before 1.31 reads past the input for pads wider than the axis (wrap) and does
+#: not reject over-wide reflect pads; there the reference is numpy's np.pad.
+ORT_PAD_CHECKS = tuple(int(p) for p in ort.__version__.split(".")[:2]) >= (1, 31)
+
+
+@pytest.mark.parametrize("case", PAD_GATHER, ids=[f"{c[0]}-{'x'.join(map(str, c[1]))}{'-feed' if c[4] else ''}" for c in PAD_GATHER])
+@pytest.mark.parametrize("dtype", [np.float32, np.int64])
+def test_pad_reflect_and_wrap(case, dtype):
+    mode, shape, pads, axes, pads_as_feed = case
+    x = (randn(*shape) * 10).astype(dtype)
+    feeds = {"X": x}
+    consts = {}
+    if pads_as_feed:
+        feeds["pads"] = np.array(pads, np.int64)
+    else:
+        consts["pads"] = np.array(pads, np.int64)
+    inputs = ["X", "pads"]
+    if axes is not None:
+        consts["axes"] = np.array(axes, np.int64)
+        inputs += ["", "axes"]
+    model = node_model("Pad", feeds, consts=consts, node_inputs=inputs, attrs={"mode": mode}, opset=19)
+    ranks = [a % len(shape) for a in axes] if axes is not None else list(range(len(shape)))
+    widths = [(0, 0)] * len(shape)
+    for i, a in enumerate(ranks):
+        widths[a] = (pads[i], pads[len(ranks) + i])
+    session = make_session(model, mlx=True)
+    np.testing.assert_array_equal(run(session, feeds)[0], np.pad(x, widths, mode=mode))
+    assert_on_mlx(session, ["Pad"])
+    if ORT_PAD_CHECKS or all(lo <= d and hi <= d for (lo, hi), d in zip(widths, shape)):
+        check_against_cpu(model, feeds, ["Pad"])
+
+
+def test_pad_reflect_too_wide_is_an_error():
+    """A reflect pad as wide as the dimension is an error on the MLX EP (ORT's CPU EP rejects
+    it too from 1.31), not values read from outside the input."""
+    feeds = {"X": randn(2, 3), "pads": np.array([0, 3, 0, 0], np.int64)}
+    model = node_model("Pad", feeds, attrs={"mode": "reflect"}, opset=19)
+    with pytest.raises(Exception, match="reflect"):
+        run(make_session(model, mlx=True), feeds)
+    if ORT_PAD_CHECKS:
+        with pytest.raises(Exception, match="reflect"):
+            run(make_session(model, mlx=False), feeds)

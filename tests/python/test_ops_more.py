@@ -18,7 +18,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import assert_on_cpu, assert_on_mlx, check_against_cpu, make_session, run
+from conftest import assert_on_cpu, assert_on_mlx, assert_outputs_match, check_against_cpu, make_session, run
 from models import graph_model, node_model
 
 
@@ -873,7 +873,7 @@ def test_spatial_transformer_runs_on_mlx():
 
 
 # ---------------------------------------------------------------------------
-# RNN / GRU / LSTM (time loop unrolled at plan time; sequence_lens as a mask)
+# RNN / GRU / LSTM (time loop over the run-time seq_length; sequence_lens as a mask)
 
 def recurrent_model(op, t, batch, inp, hidden, *, direction="forward", bias=True, lens=None, initial=False, peepholes=False, outputs=None, seed=30, **attrs):
     """One recurrent node over X [t, batch, inp]; returns (model, feeds)."""
@@ -995,11 +995,51 @@ def test_recurrent_float16_on_mlx(op):
         np.testing.assert_allclose(a.astype(np.float32), e, rtol=5e-3, atol=5e-3)
 
 
-def test_lstm_dynamic_seq_length_stays_on_cpu():
-    """The time loop is unrolled at plan time: a symbolic seq_length is declined."""
-    model, feeds = recurrent_model("LSTM", 3, 2, 3, 4)
+def dynamic_length(model):
+    """Makes dim 0 of X (and of Y) the symbolic ``T``."""
     model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "T"
     for out in model.graph.output:
         if out.name == "Y":
             out.type.tensor_type.shape.dim[0].dim_param = "T"
-    stays_on_cpu(model, feeds, "LSTM")
+    return model
+
+
+def check_lengths_against_cpu(op, runs, **kwargs):
+    """One model with a symbolic seq_length, run on one MLX session for each
+    ``(seq_length, sequence_lens)`` of ``runs`` and compared with the CPU EP."""
+    model, _ = recurrent_model(op, runs[0][0], **kwargs, lens=runs[0][1])
+    model = dynamic_length(model)
+    cpu = make_session(model, mlx=False)
+    session = make_session(model, mlx=True)
+    names = [o.name for o in session.get_outputs()]
+    for t, lens in runs:
+        _, feeds = recurrent_model(op, t, **kwargs, lens=lens)
+        assert_outputs_match(run(session, feeds), run(cpu, feeds), names=names)
+    assert_on_mlx(session, [op])
+
+
+def test_lstm_dynamic_seq_length_on_mlx():
+    """The time loop runs over the run-time seq_length: a symbolic one is claimed."""
+    model, feeds = recurrent_model("LSTM", 3, 2, 3, 4)
+    check_against_cpu(dynamic_length(model), feeds, ["LSTM"])
+
+
+@pytest.mark.parametrize("op", ["RNN", "GRU", "LSTM"])
+def test_recurrent_dynamic_seq_length_two_lengths(op):
+    """Bidirectional, with sequence_lens and initial states, at two lengths on one session."""
+    extra = {"peepholes": True} if op == "LSTM" else {"linear_before_reset": 1} if op == "GRU" else {}
+    check_lengths_against_cpu(
+        op, [(7, [7, 3, 0]), (2, [1, 2, 2])], batch=3, inp=4, hidden=5,
+        direction="bidirectional", initial=True, **extra,
+    )
+
+
+@pytest.mark.parametrize("op", ["RNN", "GRU"])
+def test_recurrent_dynamic_seq_length_without_lens(op):
+    check_lengths_against_cpu(op, [(5, None), (9, None)], batch=2, inp=3, hidden=4, direction="reverse", initial=True)
+
+
+def test_lstm_long_sequence_on_mlx():
+    """A static seq_length over the old unroll limit (512)."""
+    model, feeds = recurrent_model("LSTM", 600, 2, 3, 4, direction="bidirectional", lens=[600, 301], initial=True)
+    check_against_cpu(model, feeds, ["LSTM"], rtol=1e-3, atol=1e-4)

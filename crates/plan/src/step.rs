@@ -23,6 +23,7 @@ mod cumulative;
 mod dft;
 mod gather_scatter;
 mod host_compute;
+mod recurrent;
 mod resize_interp;
 
 pub use conv_transpose::{
@@ -34,6 +35,7 @@ pub use gather_scatter::{
     DimRule, ScatterOp, dims_target, gather_slice_sizes, iota_i32, nonzero_coords,
 };
 pub use host_compute::{HostValue, UniqueResult, WindowKind, cosine_window, unique};
+pub use recurrent::{Activation, RecurrentKind, RecurrentSpec};
 pub use resize_interp::{
     AspectPolicy, InterpArgs, InterpAxis, InterpCoordinates, InterpMode, InterpSpec, cubic_coeffs,
     interpolated_axes, resize_output, resize_target, source_coordinate,
@@ -1245,22 +1247,63 @@ impl fmt::Debug for PadSpec {
     }
 }
 
-/// The `mode` string of `mlx_pad`.
+/// How a pad fills the new positions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PadMode {
     /// `"constant"`: fill with the value.
     Constant,
     /// `"edge"`: repeat the border element (ONNX `edge`).
     Edge,
+    /// ONNX `reflect`: mirror the elements next to the border, the border excluded.
+    Reflect,
+    /// ONNX `wrap`: continue periodically from the opposite side.
+    Wrap,
 }
 
 impl PadMode {
-    /// The string mlx-c expects.
-    pub fn mlx_mode(self) -> &'static str {
+    /// The mode string `mlx_pad` takes, or `None` for modes done by gathering
+    /// ([`PadMode::source_indices`]).
+    pub fn mlx_mode(self) -> Option<&'static str> {
         match self {
-            PadMode::Constant => "constant",
-            PadMode::Edge => "edge",
+            PadMode::Constant => Some("constant"),
+            PadMode::Edge => Some("edge"),
+            PadMode::Reflect | PadMode::Wrap => None,
         }
+    }
+
+    /// For a gathering mode, the source index of each position along an axis of length `n`
+    /// padded by `lo` before and `hi` after. As in ONNX Runtime, a reflect pad must be below
+    /// `n`, while wrap repeats the axis as often as the pads need.
+    pub fn source_indices(self, n: i64, lo: i64, hi: i64) -> Result<Vec<i32>, String> {
+        let name = match self {
+            PadMode::Reflect => "reflect",
+            PadMode::Wrap => "wrap",
+            PadMode::Constant | PadMode::Edge => {
+                return Err(format!("{self:?} pads are not gathered"));
+            }
+        };
+        let too_wide = self == PadMode::Reflect && (lo > n - 1 || hi > n - 1);
+        if lo < 0 || hi < 0 || too_wide || (n == 0 && lo + hi > 0) || n > i64::from(i32::MAX) {
+            return Err(format!(
+                "Pad {name}: pads {lo} and {hi} are out of range for a dimension of {n}{}",
+                if self == PadMode::Reflect {
+                    " (at most the dimension minus 1)"
+                } else {
+                    ""
+                }
+            ));
+        }
+        Ok((-lo..n + hi)
+            .map(|i| {
+                let j = match self {
+                    PadMode::Reflect if i < 0 => -i,
+                    PadMode::Reflect if i >= n => 2 * (n - 1) - i,
+                    PadMode::Reflect => i,
+                    _ => i.rem_euclid(n),
+                };
+                j as i32
+            })
+            .collect())
     }
 }
 
@@ -2175,6 +2218,37 @@ pub enum Step {
         /// The four outputs.
         outs: Vec<Slot>,
     },
+    /// ONNX RNN / GRU / LSTM (layout 0) over float32 arrays, the time loop run by the runtime
+    /// over `x`'s dim 0 (known only at run time). Per direction `d`: `mlx_matmul(x, W[d]^T)`
+    /// plus the biases outside the recurrence once for all steps; then per step `mlx_slice` of
+    /// that projection, `mlx_matmul` of the state by `R[d]^T` (the slices of it), `mlx_add` /
+    /// `mlx_multiply` / `mlx_subtract`, clip as `mlx_maximum` / `mlx_minimum`, the activations of
+    /// `spec` (ORT's formulas), and with `lens` an `mlx_where` by the mask `t < lens[b]` that
+    /// keeps the previous state and writes zeros to Y. Y is `mlx_stack`ed over time and
+    /// `mlx_concatenate`d over directions; an empty sequence (`lens[b] = 0`, or a zero-length
+    /// `x`) ends with zero states. Outputs: Y `[T, D, B, H]`, Y_h `[D, B, H]`, Y_c `[D, B, H]`.
+    Recurrent {
+        /// The layer's static attributes.
+        spec: RecurrentSpec,
+        /// X `[T, B, I]`.
+        x: Slot,
+        /// W `[D, G*H, I]`.
+        w: Slot,
+        /// R `[D, G*H, H]`.
+        r: Slot,
+        /// B `[D, 2*G*H]`.
+        b: Option<Slot>,
+        /// sequence_lens (int32 `[B]`).
+        lens: Option<Slot>,
+        /// initial_h `[D, B, H]`.
+        h0: Option<Slot>,
+        /// initial_c `[D, B, H]` (LSTM).
+        c0: Option<Slot>,
+        /// Peepholes `[D, 3*H]` (LSTM, order i, o, f).
+        p: Option<Slot>,
+        /// Y, Y_h, Y_c (each when wanted).
+        outs: [Option<Slot>; 3],
+    },
     /// A run-time requirement on values (ORT's kernels check them; MLX doesn't): the run fails
     /// with `node '<node>' (<op>): <what>` unless every element of `ok` (bool) is true. `out`
     /// is `all(ok)` (bool scalar); the runtime folds it into the run's status, evaluated with
@@ -2477,6 +2551,24 @@ impl Step {
                 spec.map_slots(f);
             }
             Det { x, .. } | Unique { x, .. } => f(x),
+            Recurrent {
+                x,
+                w,
+                r,
+                b,
+                lens,
+                h0,
+                c0,
+                p,
+                ..
+            } => {
+                for s in [x, w, r] {
+                    f(s);
+                }
+                for s in [b, lens, h0, c0, p].into_iter().flatten() {
+                    f(s);
+                }
+            }
             AttentionEx {
                 q,
                 k,
@@ -2552,6 +2644,7 @@ impl Step {
             | Dft { out, .. }
             | Det { out, .. } => f(out),
             Unique { outs, .. } => outs.iter_mut().for_each(f),
+            Recurrent { outs, .. } => outs.iter_mut().flatten().for_each(f),
         }
     }
 
@@ -2649,6 +2742,21 @@ impl Step {
             | Dft { x, .. }
             | Unique { x, .. } => vec![*x],
             Window { .. } => vec![],
+            Recurrent {
+                x,
+                w,
+                r,
+                b,
+                lens,
+                h0,
+                c0,
+                p,
+                ..
+            } => {
+                let mut v = vec![*x, *w, *r];
+                v.extend([b, lens, h0, c0, p].into_iter().flatten());
+                v
+            }
             Require { ok, .. } => vec![*ok],
             Scatter {
                 x,
@@ -2744,6 +2852,7 @@ impl Step {
             | Dft { out, .. }
             | Det { out, .. } => vec![*out],
             Unique { outs, .. } => outs.clone(),
+            Recurrent { outs, .. } => outs.iter().flatten().copied().collect(),
         }
     }
 
@@ -2838,6 +2947,7 @@ impl Step {
             } => true,
             Pad {
                 pads: PadSpec::Static { .. },
+                mode: PadMode::Constant | PadMode::Edge,
                 ..
             } => true,
             Conv { spec, .. } => matches!(spec.padding, AutoPad::Explicit { .. }),
@@ -2857,6 +2967,37 @@ mod tests {
         }
         fn floats(&mut self, slot: Slot) -> Result<Vec<f64>, String> {
             Err(format!("unexpected host read of {slot:?}"))
+        }
+    }
+
+    #[test]
+    fn reflect_and_wrap_pad_gather_like_numpy() {
+        // np.pad([0, 1, 2, 3], (2, 3), mode="reflect") / mode="wrap"
+        assert_eq!(
+            PadMode::Reflect.source_indices(4, 2, 3).unwrap(),
+            vec![2, 1, 0, 1, 2, 3, 2, 1, 0]
+        );
+        assert_eq!(
+            PadMode::Wrap.source_indices(4, 2, 4).unwrap(),
+            vec![2, 3, 0, 1, 2, 3, 0, 1, 2, 3]
+        );
+        // Wrap pads wider than the axis repeat it, as ORT's CPU EP does.
+        assert_eq!(
+            PadMode::Wrap.source_indices(3, 4, 0).unwrap(),
+            vec![2, 0, 1, 2, 0, 1, 2]
+        );
+        assert_eq!(PadMode::Reflect.source_indices(1, 0, 0).unwrap(), vec![0]);
+        for (mode, n, lo, hi) in [
+            (PadMode::Reflect, 4, 4, 0),
+            (PadMode::Reflect, 1, 0, 1),
+            (PadMode::Wrap, 0, 0, 1),
+            (PadMode::Wrap, 3, -1, 0),
+            (PadMode::Constant, 3, 1, 1),
+        ] {
+            assert!(
+                mode.source_indices(n, lo, hi).is_err(),
+                "{mode:?} {n} {lo} {hi}"
+            );
         }
     }
 

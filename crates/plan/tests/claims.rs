@@ -180,8 +180,8 @@ fn attribute_limits() {
     g.input("x", DataType::Float, &[2, 3]);
     g.init_i64("p", &[4], &[0, 1, 0, 1]);
     g.node("Pad", &["x", "p"], &["y"])
-        .attr("mode", string("reflect"));
-    declined(&g, 0, "mode 'reflect'");
+        .attr("mode", string("mirror"));
+    declined(&g, 0, "mode 'mirror'");
     g.init_i64("neg", &[4], &[0, -1, 0, 1]);
     g.node("Pad", &["x", "neg"], &["y2"]);
     declined(&g, 1, "negative pads");

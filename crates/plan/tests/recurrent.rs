@@ -4,7 +4,8 @@ mod common;
 
 use common::*;
 use onnx_ir::{Attribute, DataType, Graph};
-use plan::{Plan, Registry, Step, build_plan, partition};
+use plan::step::{Activation, RecurrentKind};
+use plan::{CompileClass, Plan, Registry, Step, build_plan, partition};
 
 fn claim(g: &G) -> Result<(), String> {
     let graph = g.build();
@@ -55,6 +56,17 @@ fn layer(op: &str, t: i64, dirs: i64) -> G {
     g
 }
 
+/// The one `Step::Recurrent` of a plan.
+fn recurrent(p: &Plan) -> &Step {
+    let mut it = p
+        .steps
+        .iter()
+        .filter(|s| matches!(s, Step::Recurrent { .. }));
+    let s = it.next().expect("a Recurrent step");
+    assert!(it.next().is_none(), "one Recurrent step");
+    s
+}
+
 #[test]
 fn claims_the_three_layers() {
     for op in ["RNN", "GRU", "LSTM"] {
@@ -62,17 +74,80 @@ fn claims_the_three_layers() {
             let g = layer(op, 5, dirs);
             assert_eq!(claim(&g), Ok(()), "{op} dirs={dirs}");
             let p = plan_of(&g.build());
-            // Per direction: one input projection, then the recurrent matmuls of every step
-            // after the first (no initial_h: the first has none); GRU has two (z|r and h).
-            let mm = p
-                .steps
-                .iter()
-                .filter(|s| matches!(s, Step::MatMul { .. }))
-                .count();
-            let per_step = if op == "GRU" { 2 } else { 1 };
-            assert_eq!(mm as i64, dirs * (1 + 4 * per_step), "{op} dirs={dirs}");
+            let Step::Recurrent { spec, outs, b, .. } = recurrent(&p) else {
+                unreachable!()
+            };
+            let kind = match op {
+                "RNN" => RecurrentKind::Rnn,
+                "GRU" => RecurrentKind::Gru,
+                _ => RecurrentKind::Lstm,
+            };
+            assert_eq!(spec.kind, kind);
+            assert_eq!(spec.reverse.len() as i64, dirs);
+            assert_eq!(spec.hidden, 4);
+            assert_eq!(spec.acts.len(), kind.acts() * dirs as usize);
+            assert!(b.is_none());
+            // Y and Y_h wanted, Y_c not.
+            assert!(outs[0].is_some() && outs[1].is_some() && outs[2].is_none());
+            // The loop runs over a run-time length: shape-keyed, not shapeless.
+            assert_eq!(p.compile_class(), CompileClass::ShapeKeyed);
         }
     }
+}
+
+#[test]
+fn claims_a_dynamic_or_long_sequence_length() {
+    for op in ["RNN", "GRU", "LSTM"] {
+        let mut g = layer(op, 5, 2);
+        g.g.inputs[0] = onnx_ir::ValueInfo::new("x", DataType::Float, dims(&[-1, 2, 3]));
+        assert_eq!(claim(&g), Ok(()), "{op}");
+        let p = plan_of(&g.build());
+        recurrent(&p);
+        let g = layer(op, 4096, 1);
+        assert_eq!(claim(&g), Ok(()), "{op} long");
+    }
+    // A static empty sequence is still declined.
+    declined(&layer("LSTM", 0, 1), "empty sequence");
+}
+
+#[test]
+fn resolves_activation_parameters() {
+    let mut g = layer("LSTM", 3, 1);
+    g.g.nodes[0].attr(
+        "activations",
+        strings(&["HardSigmoid", "LeakyRelu", "Affine"]),
+    );
+    g.g.nodes[0].attr("activation_alpha", Attribute::Floats(vec![0.3, 0.05]));
+    g.g.nodes[0].attr("clip", float(2.5));
+    let p = plan_of(&g.build());
+    let Step::Recurrent { spec, .. } = recurrent(&p) else {
+        unreachable!()
+    };
+    // Alpha is consumed in order; HardSigmoid keeps its default beta, Affine's defaults to 0.
+    assert_eq!(
+        spec.acts,
+        vec![
+            Activation::HardSigmoid(0.3, 0.5),
+            Activation::LeakyRelu(0.05),
+            Activation::Affine(0.0, 0.0),
+        ]
+    );
+    assert_eq!(spec.clip, Some(2.5));
+    // RNN: alpha / beta per direction; a negative clip is no clip.
+    let mut g = layer("RNN", 3, 2);
+    g.g.nodes[0].attr("activations", strings(&["LeakyRelu", "Tanh"]));
+    g.g.nodes[0].attr("activation_alpha", Attribute::Floats(vec![0.2, 0.7]));
+    g.g.nodes[0].attr("clip", float(-1.0));
+    let p = plan_of(&g.build());
+    let Step::Recurrent { spec, .. } = recurrent(&p) else {
+        unreachable!()
+    };
+    assert_eq!(spec.reverse, vec![false, true]);
+    assert_eq!(
+        spec.acts,
+        vec![Activation::LeakyRelu(0.2), Activation::Tanh]
+    );
+    assert_eq!(spec.clip, None);
 }
 
 #[test]
@@ -80,13 +155,6 @@ fn declines_layout_1() {
     let mut g = layer("LSTM", 5, 1);
     g.g.nodes[0].attr("layout", int(1));
     declined(&g, "layout=1");
-}
-
-#[test]
-fn declines_a_dynamic_sequence_length() {
-    let mut g = layer("GRU", 5, 1);
-    g.g.inputs[0] = onnx_ir::ValueInfo::new("x", DataType::Float, dims(&[-1, 2, 3]));
-    declined(&g, "not static");
 }
 
 #[test]
@@ -140,13 +208,10 @@ fn sequence_lens_masks_the_steps() {
     g.g.nodes[0].inputs = vec!["x".into(), "w".into(), "r".into(), "".into(), "lens".into()];
     assert_eq!(claim(&g), Ok(()));
     let p = plan_of(&g.build());
-    let wheres = p
-        .steps
-        .iter()
-        .filter(|s| matches!(s, Step::Where { .. }))
-        .count();
-    // Per step and direction: Y, H and C (the last C is unused without Y_c and dropped).
-    assert_eq!(wheres, 4 * 2 * 3 - 2);
+    let Step::Recurrent { lens, .. } = recurrent(&p) else {
+        unreachable!()
+    };
+    assert!(lens.is_some());
     // A constant sequence_lens equal to seq_length everywhere needs no mask.
     let mut g = layer("LSTM", 4, 2);
     let bytes: Vec<u8> = [4i32, 4].iter().flat_map(|v| v.to_le_bytes()).collect();
@@ -157,5 +222,45 @@ fn sequence_lens_masks_the_steps() {
     g.g.nodes[0].inputs = vec!["x".into(), "w".into(), "r".into(), "".into(), "lens".into()];
     assert_eq!(claim(&g), Ok(()));
     let p = plan_of(&g.build());
-    assert!(!p.steps.iter().any(|s| matches!(s, Step::Where { .. })));
+    let Step::Recurrent { lens, .. } = recurrent(&p) else {
+        unreachable!()
+    };
+    assert!(lens.is_none());
+}
+
+#[test]
+fn lstm_binds_every_input_and_output() {
+    let mut g = layer("LSTM", 3, 1);
+    g.weight("b", &[1, 32]);
+    g.input("lens", DataType::Int32, &[2]);
+    g.input("h0", DataType::Float, &[1, 2, 4]);
+    g.input("c0", DataType::Float, &[1, 2, 4]);
+    g.weight("p", &[1, 12]);
+    g.output_any("y_c", DataType::Float);
+    let n = &mut g.g.nodes[0];
+    n.inputs = ["x", "w", "r", "b", "lens", "h0", "c0", "p"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    n.outputs.push("y_c".into());
+    n.attr("input_forget", int(1));
+    let p = plan_of(&g.build());
+    let Step::Recurrent {
+        spec,
+        b,
+        lens,
+        h0,
+        c0,
+        p: peep,
+        outs,
+        ..
+    } = recurrent(&p)
+    else {
+        unreachable!()
+    };
+    assert!(spec.input_forget);
+    assert!(b.is_some() && lens.is_some() && h0.is_some() && c0.is_some() && peep.is_some());
+    assert!(outs.iter().all(Option::is_some));
+    assert_eq!(p.outputs.len(), 3);
+    assert_eq!(recurrent(&p).inputs().len(), 8);
 }

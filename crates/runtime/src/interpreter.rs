@@ -8,6 +8,7 @@ use crate::RuntimeError;
 use crate::dtype::to_mlx;
 
 mod extra;
+mod recurrent;
 
 /// The arrays bound to a plan's slots during one run.
 pub(crate) struct Slots {
@@ -405,16 +406,33 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
         } => {
             let shape = shape_i64(slots.get(*x)?);
             let a = pads.resolve(&shape, &mut Host { slots }).map_err(err)?;
-            ops::pad(
-                slots.get(*x)?,
-                &a.axes,
-                &a.lo,
-                &a.hi,
-                slots.get(*value)?,
-                mode.mlx_mode(),
-                s,
-            )
-            .map_err(err)?
+            match mode.mlx_mode() {
+                Some(m) => ops::pad(
+                    slots.get(*x)?,
+                    &a.axes,
+                    &a.lo,
+                    &a.hi,
+                    slots.get(*value)?,
+                    m,
+                    s,
+                )
+                .map_err(err)?,
+                None => {
+                    let mut y = slots.get(*x)?.clone();
+                    for ((&axis, &lo), &hi) in a.axes.iter().zip(&a.lo).zip(&a.hi) {
+                        if lo == 0 && hi == 0 {
+                            continue;
+                        }
+                        let n = shape.get(axis as usize).copied().unwrap_or(0);
+                        let idx = mode
+                            .source_indices(n, i64::from(lo), i64::from(hi))
+                            .map_err(err)?;
+                        let idx = Array::from_slice(&idx, &[idx.len() as i32]).map_err(err)?;
+                        y = ops::take_axis(&y, &idx, axis, s).map_err(err)?;
+                    }
+                    y
+                }
+            }
         }
         Windows { x, spec, .. } => {
             let xa = slots.get(*x)?;
@@ -641,6 +659,37 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
             let shape = shape_i64(slots.get(*x)?);
             let a = spec.resolve(&shape, &mut Host { slots }).map_err(err)?;
             extra::dft(slots.get(*x)?, &a, s)?
+        }
+        Recurrent {
+            spec,
+            x,
+            w,
+            r,
+            b,
+            lens,
+            h0,
+            c0,
+            p,
+            outs,
+        } => {
+            let opt = |o: &Option<Slot>| o.map(|o| slots.get(o)).transpose();
+            let inputs = recurrent::Inputs {
+                x: slots.get(*x)?,
+                w: slots.get(*w)?,
+                r: slots.get(*r)?,
+                b: opt(b)?,
+                lens: opt(lens)?,
+                h0: opt(h0)?,
+                c0: opt(c0)?,
+                p: opt(p)?,
+            };
+            let (y, yh, yc) = recurrent::run(spec, &inputs, outs[0].is_some(), s)?;
+            for (o, v) in outs.iter().zip([y, Some(yh), Some(yc)]) {
+                if let (Some(o), Some(v)) = (o, v) {
+                    slots.set(*o, v);
+                }
+            }
+            return Ok(());
         }
         Det { x, .. } => {
             // MLX's linear algebra runs on the CPU stream only.

@@ -588,8 +588,8 @@ fn claim_pad(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
     let dt = ctx.expect_dtype(node, 0, DATA)?;
     let mode = attr_str(node, "mode").or_decline()?;
     match mode.as_deref() {
-        None | Some("constant") | Some("edge") => {}
-        Some(m) => decline!("Pad: mode '{m}' is not claimed (MLX pads with constant or edge)"),
+        None | Some("constant") | Some("edge") | Some("reflect") | Some("wrap") => {}
+        Some(m) => decline!("Pad: unknown mode '{m}'"),
     }
     if ctx.opset >= 11 {
         ctx.expect_dtype(node, 1, &[DataType::Int64])?;
@@ -617,6 +617,8 @@ fn lower_pad(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     let dt = ctx.input_dtype(node, 0)?;
     let mode = match attr_str(node, "mode").or_invalid(node)?.as_deref() {
         Some("edge") => PadMode::Edge,
+        Some("reflect") => PadMode::Reflect,
+        Some("wrap") => PadMode::Wrap,
         _ => PadMode::Constant,
     };
     let (pads, value) = if ctx.opset() >= 11 {
