@@ -1028,8 +1028,11 @@ def test_lstm_dynamic_seq_length_on_mlx():
 def test_recurrent_dynamic_seq_length_two_lengths(op):
     """Bidirectional, with sequence_lens and initial states, at two lengths on one session."""
     extra = {"peepholes": True} if op == "LSTM" else {"linear_before_reset": 1} if op == "GRU" else {}
+    # ORT's CPU RNN before 1.31 leaves Y_h of an empty sequence uninitialised (1.31 zeroes it,
+    # as the MLX EP does): there the reference can't judge a zero length.
+    old_rnn = op == "RNN" and tuple(int(p) for p in ort.__version__.split(".")[:2]) < (1, 31)
     check_lengths_against_cpu(
-        op, [(7, [7, 3, 0]), (2, [1, 2, 2])], batch=3, inp=4, hidden=5,
+        op, [(7, [7, 3, 1 if old_rnn else 0]), (2, [1, 2, 2])], batch=3, inp=4, hidden=5,
         direction="bidirectional", initial=True, **extra,
     )
 
