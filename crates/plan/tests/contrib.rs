@@ -4,7 +4,7 @@ mod common;
 
 use common::*;
 use onnx_ir::{DataType, Graph, TensorData};
-use plan::{CompileClass, Plan, Registry, Step, build_plan, partition};
+use plan::{CompileClass, Plan, Registry, Step};
 
 const MS: &str = "com.microsoft";
 
@@ -17,13 +17,6 @@ fn g() -> G {
 fn ms(g: &mut G, op: &str, ins: &[&str], outs: &[&str]) -> usize {
     g.node(op, ins, outs).domain = MS.into();
     g.g.nodes.len() - 1
-}
-
-fn plan_of(g: &Graph) -> Plan {
-    let r = Registry::default();
-    let p = partition(g, &r);
-    assert!(p.declines.is_empty(), "declines: {:?}", p.declines);
-    build_plan(g, &r).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn decline_of(g: &Graph) -> String {

@@ -4,9 +4,9 @@
 mod common;
 
 use common::*;
-use onnx_ir::{DataType, Graph, TensorData};
+use onnx_ir::{DataType, TensorData};
 use plan::step::{ConvTransposePadding, InterpMode, ScatterOp};
-use plan::{CompileClass, Plan, Registry, ReshapeTarget, Step, UnaryOp, build_plan, partition};
+use plan::{CompileClass, Plan, Registry, ReshapeTarget, Step, UnaryOp};
 
 fn claim(g: &G, node: usize) -> Result<(), String> {
     let graph = g.build();
@@ -20,13 +20,6 @@ fn declined(g: &G, node: usize, needle: &str) {
         Ok(()) => panic!("node {node} was claimed; expected a decline mentioning '{needle}'"),
         Err(r) => assert!(r.contains(needle), "reason '{r}' lacks '{needle}'"),
     }
-}
-
-fn plan_of(g: &Graph) -> Plan {
-    let r = Registry::default();
-    let p = partition(g, &r);
-    assert!(p.declines.is_empty(), "declines: {:?}", p.declines);
-    build_plan(g, &r).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn count(p: &Plan, f: impl Fn(&Step) -> bool) -> usize {

@@ -6,15 +6,14 @@ use common::*;
 use onnx_ir::{Attribute, DataType, Graph, TensorData};
 use plan::{
     BinaryOp, CompileClass, Plan, ReduceAxes, Registry, ReshapeTarget, ShapeSource, Step, UnaryOp,
-    build_plan, partition,
+    partition,
 };
 
+/// The plan of a graph that partitions into one cluster.
 fn plan_of(g: &Graph) -> Plan {
-    let r = Registry::default();
-    let p = partition(g, &r);
-    assert!(p.declines.is_empty(), "declines: {:?}", p.declines);
+    let p = partition(g, &Registry::default());
     assert_eq!(p.clusters.len(), 1, "clusters: {:?}", p.clusters);
-    build_plan(g, &r).unwrap_or_else(|e| panic!("{e}"))
+    common::plan_of(g)
 }
 
 /// A tiny attention block: LayerNorm, QKV projections, heads via Reshape/Transpose, scaled

@@ -3,9 +3,9 @@
 mod common;
 
 use common::*;
-use onnx_ir::{Attribute, DataType, Graph};
+use onnx_ir::{Attribute, DataType};
 use plan::step::{Activation, RecurrentKind};
-use plan::{CompileClass, Plan, Registry, Step, build_plan, partition};
+use plan::{CompileClass, Plan, Registry, Step};
 
 fn claim(g: &G) -> Result<(), String> {
     let graph = g.build();
@@ -19,13 +19,6 @@ fn declined(g: &G, needle: &str) {
         Ok(()) => panic!("claimed; expected a decline mentioning '{needle}'"),
         Err(r) => assert!(r.contains(needle), "reason '{r}' lacks '{needle}'"),
     }
-}
-
-fn plan_of(g: &Graph) -> Plan {
-    let r = Registry::default();
-    let p = partition(g, &r);
-    assert!(p.declines.is_empty(), "declines: {:?}", p.declines);
-    build_plan(g, &r).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn strings(v: &[&str]) -> Attribute {

@@ -133,6 +133,36 @@ pub(crate) fn attr_float(node: &Node, name: &str) -> Result<Option<f32>, String>
     }
 }
 
+/// A `FLOATS` attribute.
+pub(crate) fn attr_floats(node: &Node, name: &str) -> Result<Option<Vec<f32>>, String> {
+    match node.attributes.get(name) {
+        None => Ok(None),
+        Some(Attribute::Floats(v)) => Ok(Some(v.clone())),
+        Some(a) => Err(format!(
+            "{}: attribute '{name}' is {}, expected FLOATS",
+            node.op_type,
+            a.kind()
+        )),
+    }
+}
+
+/// A `STRINGS` attribute (lossily decoded as UTF-8).
+pub(crate) fn attr_strings(node: &Node, name: &str) -> Result<Option<Vec<String>>, String> {
+    match node.attributes.get(name) {
+        None => Ok(None),
+        Some(Attribute::Strings(v)) => Ok(Some(
+            v.iter()
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .collect(),
+        )),
+        Some(a) => Err(format!(
+            "{}: attribute '{name}' is {}, expected STRINGS",
+            node.op_type,
+            a.kind()
+        )),
+    }
+}
+
 /// An `INTS` attribute.
 pub(crate) fn attr_ints(node: &Node, name: &str) -> Result<Option<Vec<i64>>, String> {
     match node.attributes.get(name) {

@@ -8,7 +8,7 @@
 //! before it leave the initial state untouched). As in ORT, an empty sequence (length 0) ends
 //! with zero states.
 
-use onnx_ir::{Attribute, DataType, Node};
+use onnx_ir::{DataType, Node};
 
 use super::*;
 use crate::decline;
@@ -35,34 +35,6 @@ fn act_usage(name: &str) -> Option<(bool, bool, f32, f32)> {
         "thresholdedrelu" => (true, false, 0.0, 0.0),
         _ => return None,
     })
-}
-
-fn attr_floats(node: &Node, name: &str) -> Result<Option<Vec<f32>>, String> {
-    match node.attributes.get(name) {
-        None => Ok(None),
-        Some(Attribute::Floats(v)) => Ok(Some(v.clone())),
-        Some(a) => Err(format!(
-            "{}: attribute '{name}' is {}, expected FLOATS",
-            node.op_type,
-            a.kind()
-        )),
-    }
-}
-
-fn attr_strings(node: &Node, name: &str) -> Result<Option<Vec<String>>, String> {
-    match node.attributes.get(name) {
-        None => Ok(None),
-        Some(Attribute::Strings(v)) => Ok(Some(
-            v.iter()
-                .map(|s| String::from_utf8_lossy(s).into_owned())
-                .collect(),
-        )),
-        Some(a) => Err(format!(
-            "{}: attribute '{name}' is {}, expected STRINGS",
-            node.op_type,
-            a.kind()
-        )),
-    }
 }
 
 /// Reads and validates the attributes (the rules of ORT's CPU kernels).

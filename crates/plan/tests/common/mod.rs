@@ -130,3 +130,11 @@ impl With for Node {
         self
     }
 }
+
+/// The plan of a graph whose every node is claimed (no declines).
+pub fn plan_of(g: &Graph) -> plan::Plan {
+    let r = plan::Registry::default();
+    let p = plan::partition(g, &r);
+    assert!(p.declines.is_empty(), "declines: {:?}", p.declines);
+    plan::build_plan(g, &r).unwrap_or_else(|e| panic!("{e}"))
+}
