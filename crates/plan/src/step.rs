@@ -20,6 +20,7 @@ use onnx_ir::DataType;
 
 mod conv_transpose;
 mod cumulative;
+mod detection;
 mod dft;
 mod gather_scatter;
 mod host_compute;
@@ -30,6 +31,7 @@ pub use conv_transpose::{
     ConvTransposeArgs, ConvTransposePadding, ConvTransposeSpec, distribute_padding,
 };
 pub use cumulative::{CumOp, cumulative_axis};
+pub use detection::{NmsInputs, non_max_suppression};
 pub use dft::{DftArgs, DftKind, DftSpec};
 pub use gather_scatter::{
     DimRule, ScatterOp, dims_target, gather_slice_sizes, iota_i32, nonzero_coords,
@@ -1027,6 +1029,10 @@ pub struct ConvSpec {
     pub padding: AutoPad,
     /// Groups.
     pub groups: i64,
+    /// Integer-valued operands whose float32 result must be exact (ConvInteger and
+    /// QLinearConv): the runtime convolves these on MLX's CPU stream, since GPU convolution
+    /// libraries may pick transform-based algorithms (Winograd, FFT) that round.
+    pub exact_integers: bool,
 }
 
 /// Resolved `mlx_conv_general` arguments.
@@ -2218,6 +2224,25 @@ pub enum Step {
         /// The four outputs.
         outs: Vec<Slot>,
     },
+    /// ONNX `NonMaxSuppression`, on the host: reads every input (`HostReader::floats`, `ints`
+    /// for `max_output`) and makes an int64 array `[num_selected, 3]` of
+    /// `non_max_suppression(..)` (ONNX Runtime's CPU kernel; data-dependent shape).
+    NonMaxSuppression {
+        /// Boxes, float32 `[B, N, 4]`.
+        boxes: Slot,
+        /// Scores, float32 `[B, C, N]`.
+        scores: Slot,
+        /// `max_output_boxes_per_class` (int64), absent: no boxes.
+        max_output: Option<Slot>,
+        /// `iou_threshold` (float32), absent: 0.
+        iou_threshold: Option<Slot>,
+        /// `score_threshold` (float32), absent: no score filter.
+        score_threshold: Option<Slot>,
+        /// Boxes are `[x_center, y_center, width, height]` (else `[y1, x1, y2, x2]`).
+        center_point_box: bool,
+        /// Output (int64).
+        out: Slot,
+    },
     /// ONNX RNN / GRU / LSTM (layout 0) over float32 arrays, the time loop run by the runtime
     /// over `x`'s dim 0 (known only at run time). Per direction `d`: `mlx_matmul(x, W[d]^T)`
     /// plus the biases outside the recurrence once for all steps; then per step `mlx_slice` of
@@ -2551,6 +2576,21 @@ impl Step {
                 spec.map_slots(f);
             }
             Det { x, .. } | Unique { x, .. } => f(x),
+            NonMaxSuppression {
+                boxes,
+                scores,
+                max_output,
+                iou_threshold,
+                score_threshold,
+                ..
+            } => {
+                f(boxes);
+                f(scores);
+                [max_output, iou_threshold, score_threshold]
+                    .into_iter()
+                    .flatten()
+                    .for_each(f);
+            }
             Recurrent {
                 x,
                 w,
@@ -2642,7 +2682,8 @@ impl Step {
             | NonZero { out, .. }
             | Window { out, .. }
             | Dft { out, .. }
-            | Det { out, .. } => f(out),
+            | Det { out, .. }
+            | NonMaxSuppression { out, .. } => f(out),
             Unique { outs, .. } => outs.iter_mut().for_each(f),
             Recurrent { outs, .. } => outs.iter_mut().flatten().for_each(f),
         }
@@ -2741,6 +2782,7 @@ impl Step {
             | Det { x, .. }
             | Dft { x, .. }
             | Unique { x, .. } => vec![*x],
+            NonMaxSuppression { .. } => self.nms_inputs(),
             Window { .. } => vec![],
             Recurrent {
                 x,
@@ -2850,7 +2892,8 @@ impl Step {
             | NonZero { out, .. }
             | Window { out, .. }
             | Dft { out, .. }
-            | Det { out, .. } => vec![*out],
+            | Det { out, .. }
+            | NonMaxSuppression { out, .. } => vec![*out],
             Unique { outs, .. } => outs.clone(),
             Recurrent { outs, .. } => outs.iter().flatten().copied().collect(),
         }
@@ -2904,8 +2947,33 @@ impl Step {
             }
             ResizeInterp { spec, .. } => spec.host_reads(),
             NonZero { x, .. } | Unique { x, .. } => vec![*x],
+            NonMaxSuppression { .. } => self.nms_inputs(),
             Window { size, .. } => size.dynamic_slot().into_iter().collect(),
             Dft { spec, .. } => spec.host_reads(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The inputs of a `NonMaxSuppression` step (all read on the host); empty for others.
+    fn nms_inputs(&self) -> Vec<Slot> {
+        match self {
+            Step::NonMaxSuppression {
+                boxes,
+                scores,
+                max_output,
+                iou_threshold,
+                score_threshold,
+                ..
+            } => [
+                Some(*boxes),
+                Some(*scores),
+                *max_output,
+                *iou_threshold,
+                *score_threshold,
+            ]
+            .into_iter()
+            .flatten()
+            .collect(),
             _ => Vec::new(),
         }
     }
@@ -3242,6 +3310,7 @@ mod tests {
             dilations: vec![1, 1],
             padding: AutoPad::SameLower,
             groups: 1,
+            exact_integers: false,
         };
         let a = spec.resolve(&[1, 5, 5, 8]).unwrap();
         assert_eq!(a.padding_lo, vec![1, 1]);

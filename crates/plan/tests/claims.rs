@@ -6,20 +6,6 @@ use common::*;
 use onnx_ir::{DataType, Node, TensorData};
 use plan::Registry;
 
-fn claim(g: &G, node: usize) -> Result<(), String> {
-    let graph = g.build();
-    Registry::default()
-        .claim(&graph, &graph.nodes[node])
-        .map_err(|d| d.reason)
-}
-
-fn declined(g: &G, node: usize, needle: &str) {
-    match claim(g, node) {
-        Ok(()) => panic!("node {node} was claimed; expected a decline mentioning '{needle}'"),
-        Err(r) => assert!(r.contains(needle), "reason '{r}' lacks '{needle}'"),
-    }
-}
-
 #[test]
 fn unknown_op_and_domain() {
     let mut g = G::new(17);

@@ -25,10 +25,6 @@ fn decline_of(g: &Graph) -> String {
     r.claim(g, node).expect_err("expected a decline").reason
 }
 
-fn count(p: &Plan, f: impl Fn(&Step) -> bool) -> usize {
-    p.steps.iter().filter(|s| f(s)).count()
-}
-
 fn attr(g: &mut G, i: usize, name: &str, a: onnx_ir::Attribute) {
     g.g.nodes[i].attributes.insert(name.into(), a);
 }

@@ -6,25 +6,7 @@ mod common;
 use common::*;
 use onnx_ir::{DataType, TensorData};
 use plan::step::{ConvTransposePadding, InterpMode, ScatterOp};
-use plan::{CompileClass, Plan, Registry, ReshapeTarget, Step, UnaryOp};
-
-fn claim(g: &G, node: usize) -> Result<(), String> {
-    let graph = g.build();
-    Registry::default()
-        .claim(&graph, &graph.nodes[node])
-        .map_err(|d| d.reason)
-}
-
-fn declined(g: &G, node: usize, needle: &str) {
-    match claim(g, node) {
-        Ok(()) => panic!("node {node} was claimed; expected a decline mentioning '{needle}'"),
-        Err(r) => assert!(r.contains(needle), "reason '{r}' lacks '{needle}'"),
-    }
-}
-
-fn count(p: &Plan, f: impl Fn(&Step) -> bool) -> usize {
-    p.steps.iter().filter(|s| f(s)).count()
-}
+use plan::{CompileClass, ReshapeTarget, Step, UnaryOp};
 
 #[test]
 fn conv_transpose_claims_and_regroups_the_weight() {
@@ -594,4 +576,41 @@ fn affine_grid_claims() {
     g.input("size", DataType::Int64, &[3]);
     g.node("AffineGrid", &["theta", "size"], &["grid"]);
     declined(&g, 0, "3 values is invalid");
+}
+
+#[test]
+fn non_max_suppression_is_one_eager_host_step() {
+    let mut g = G::new(11);
+    g.input("b", DataType::Float, &[1, 6, 4]);
+    g.input("s", DataType::Float, &[1, 2, 6]);
+    g.input("m", DataType::Int64, &[1]);
+    g.input("t", DataType::Float, &[]);
+    g.output_any("y", DataType::Int64);
+    g.node("NonMaxSuppression", &["b", "s", "m", "", "t"], &["y"])
+        .attr("center_point_box", int(1));
+    let p = plan_of(&g.build());
+    assert_eq!(p.compile_class(), CompileClass::Eager);
+    let step = p
+        .steps
+        .iter()
+        .find(|s| matches!(s, Step::NonMaxSuppression { .. }))
+        .expect("a NonMaxSuppression step");
+    assert!(matches!(
+        step,
+        Step::NonMaxSuppression {
+            max_output: Some(_),
+            iou_threshold: None,
+            score_threshold: Some(_),
+            center_point_box: true,
+            ..
+        }
+    ));
+    assert_eq!(step.host_reads().len(), 4);
+    let inputs = step.inputs();
+    assert!(step.host_reads().iter().all(|r| inputs.contains(r)));
+    g.node("NonMaxSuppression", &["b", "s"], &["y2"])
+        .attr("center_point_box", int(2));
+    declined(&g, 1, "center_point_box 2");
+    g.node("NonMaxSuppression", &["b", "s", "t"], &["y3"]);
+    declined(&g, 2, "input 2 has element type");
 }

@@ -384,6 +384,14 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
             }
         },
         Conv { x, w, spec, .. } => {
+            // Exact integer convolutions run on the (lane's) CPU stream; see `ConvSpec`.
+            let cpu;
+            let s = if spec.exact_integers {
+                cpu = Stream::default_cpu();
+                &cpu
+            } else {
+                s
+            };
             let xa = slots.get(*x)?;
             let a = spec.resolve(&shape_i64(xa)).map_err(err)?;
             let params = ops::ConvParams {
@@ -641,6 +649,7 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
             let (dims, data) = plan::step::nonzero_coords(&shape, &nonzero).map_err(err)?;
             Array::from_slice(&data, &to_i32s(&dims, "NonZero shape")?).map_err(err)?
         }
+        NonMaxSuppression { .. } => extra::non_max_suppression(step, &mut Host { slots })?,
         Window {
             kind,
             size,

@@ -9,12 +9,14 @@ use crate::step::{BinaryOp, Slot, Step, UnaryOp};
 
 pub mod bits;
 pub mod conv_transpose;
+pub mod detection;
 pub mod einsum;
 pub mod elementwise;
 pub mod float64;
 pub mod generators;
 pub mod grid_sample;
 pub mod indexing;
+pub mod integer;
 pub mod layout;
 pub mod linalg;
 pub mod matmul;
@@ -45,7 +47,9 @@ pub fn register_all(r: &mut Registry) {
     bits::register(r);
     nn::register(r);
     conv_transpose::register(r);
+    detection::register(r);
     indexing::register(r);
+    integer::register(r);
     layout::register(r);
     normalize::register(r);
     generators::register(r);

@@ -97,7 +97,7 @@ fn conv_kernel(
     }
 }
 
-fn conv_spec(
+pub(crate) fn conv_spec(
     node: &Node,
     weight_shape: Option<Vec<i64>>,
     weight_rank: Option<usize>,
@@ -115,6 +115,7 @@ fn conv_spec(
         padding: padding(node, d)?,
         groups: attr_int(node, "group")?.unwrap_or(1),
         kernel,
+        exact_integers: false,
     })
 }
 

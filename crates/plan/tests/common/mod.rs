@@ -138,3 +138,24 @@ pub fn plan_of(g: &Graph) -> plan::Plan {
     assert!(p.declines.is_empty(), "declines: {:?}", p.declines);
     plan::build_plan(g, &r).unwrap_or_else(|e| panic!("{e}"))
 }
+
+/// Whether the registry claims node `node` of the graph (the decline reason when not).
+pub fn claim(g: &G, node: usize) -> Result<(), String> {
+    let graph = g.build();
+    plan::Registry::default()
+        .claim(&graph, &graph.nodes[node])
+        .map_err(|d| d.reason)
+}
+
+/// Asserts that node `node` is declined with a reason containing `needle`.
+pub fn declined(g: &G, node: usize, needle: &str) {
+    match claim(g, node) {
+        Ok(()) => panic!("node {node} was claimed; expected a decline mentioning '{needle}'"),
+        Err(r) => assert!(r.contains(needle), "reason '{r}' lacks '{needle}'"),
+    }
+}
+
+/// The number of steps of `p` for which `f` holds.
+pub fn count(p: &plan::Plan, f: impl Fn(&plan::Step) -> bool) -> usize {
+    p.steps.iter().filter(|s| f(s)).count()
+}
