@@ -211,9 +211,11 @@ def test_resize_equal_sizes_copy():
 
 
 @pytest.mark.parametrize("mode", ["linear", "cubic"])
-def test_resize_antialias_stays_on_cpu(mode):
+def test_resize_antialias_crop_stays_on_cpu(mode):
+    # antialias=1 is claimed (tests/python/test_col2im_antialias.py) except with tf_crop_and_resize.
     x = randn(1, 2, 4, 4, seed=7)
-    model = node_model("Resize", {"X": x}, consts={"scales": np.array([1, 1, 0.5, 0.5], np.float32)}, node_inputs=["X", "", "scales"], attrs=dict(mode=mode, antialias=1), opset=19)
+    consts = {"roi": np.array([0, 0, 0.1, 0.2, 1, 1, 0.9, 0.8], np.float32), "scales": np.array([1, 1, 0.5, 0.5], np.float32)}
+    model = node_model("Resize", {"X": x}, consts=consts, node_inputs=["X", "roi", "scales"], attrs=dict(mode=mode, antialias=1, coordinate_transformation_mode="tf_crop_and_resize"), opset=19)
     stays_on_cpu(model, {"X": x}, "Resize")
 
 

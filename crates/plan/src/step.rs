@@ -18,6 +18,7 @@ use std::fmt;
 
 use onnx_ir::DataType;
 
+mod col2im;
 mod conv_transpose;
 mod cumulative;
 mod detection;
@@ -26,7 +27,9 @@ mod gather_scatter;
 mod host_compute;
 mod recurrent;
 mod resize_interp;
+mod roi_align;
 
+pub use col2im::{Col2ImGeometry, Col2ImSpec, check_ort_rank};
 pub use conv_transpose::{
     ConvTransposeArgs, ConvTransposePadding, ConvTransposeSpec, distribute_padding,
 };
@@ -39,9 +42,11 @@ pub use gather_scatter::{
 pub use host_compute::{HostValue, UniqueResult, WindowKind, cosine_window, unique};
 pub use recurrent::{Activation, RecurrentKind, RecurrentSpec};
 pub use resize_interp::{
-    AspectPolicy, InterpArgs, InterpAxis, InterpCoordinates, InterpMode, InterpSpec, cubic_coeffs,
-    interpolated_axes, resize_output, resize_target, source_coordinate,
+    AspectPolicy, InterpArgs, InterpAxis, InterpCoordinates, InterpMode, InterpSpec,
+    antialias_taps, cubic_coeffs, interpolated_axes, interpolated_axes_for, resize_output,
+    resize_target, source_coordinate,
 };
+pub use roi_align::{RoiAlignSpec, RoiSamples};
 
 /// A value slot: the index of one array in the runtime's value table.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -2165,6 +2170,18 @@ pub enum Step {
         /// Output (float32).
         out: Slot,
     },
+    /// ONNX `Col2Im` of a float32 `x` `[N, C*K, L]` with `g = spec.resolve(host)`:
+    /// `mlx_reshape` to `[N, C, K*L]`, `mlx_pad` of one trailing zero, then for each kernel
+    /// offset `mlx_take_axis` of `g.sources[k]` (int32) summed in order with `mlx_add`, and
+    /// `mlx_reshape` to `[N, C, *image]`.
+    Col2Im {
+        /// Input (float32).
+        x: Slot,
+        /// Shapes and attributes.
+        spec: Col2ImSpec,
+        /// Output (float32).
+        out: Slot,
+    },
     /// ONNX `NonZero`: reads `x` on the host ([`HostReader::floats`]) and creates the int64
     /// array `[rank, count]` of `nonzero_coords(x.shape, values != 0)` (data-dependent shape).
     NonZero {
@@ -2223,6 +2240,23 @@ pub enum Step {
         sorted: bool,
         /// The four outputs.
         outs: Vec<Slot>,
+    },
+    /// ONNX `RoiAlign` over float32 X `[N, C, H, W]`: host reads of `rois` and `batch_indices`,
+    /// [`RoiAlignSpec::samples`] gives gather rows and weights; on the device X becomes
+    /// `[N*H*W, C]` (`mlx_transpose_axes`, `mlx_reshape`), `mlx_take_axis` of the rows,
+    /// `mlx_multiply` by the weights, `mlx_where` for padding, `mlx_sum_axes` / `mlx_divide`
+    /// (avg) or `mlx_max_axes` (max), back to `[R, C, output_height, output_width]`.
+    RoiAlign {
+        /// Input X, float32 `[N, C, H, W]`.
+        x: Slot,
+        /// Rois, float32 `[R, 4]` (read on the host).
+        rois: Slot,
+        /// Batch indices, int64 `[R]` (read on the host).
+        batch_indices: Slot,
+        /// The attributes.
+        spec: RoiAlignSpec,
+        /// Output.
+        out: Slot,
     },
     /// ONNX `NonMaxSuppression`, on the host: reads every input (`HostReader::floats`, `ints`
     /// for `max_output`) and makes an int64 array `[num_selected, 3]` of
@@ -2570,12 +2604,26 @@ impl Step {
                 f(x);
                 spec.map_slots(f);
             }
+            Col2Im { x, spec, .. } => {
+                f(x);
+                spec.map_slots(f);
+            }
             Window { size, .. } => src(size, f),
             Dft { x, spec, .. } => {
                 f(x);
                 spec.map_slots(f);
             }
             Det { x, .. } | Unique { x, .. } => f(x),
+            RoiAlign {
+                x,
+                rois,
+                batch_indices,
+                ..
+            } => {
+                f(x);
+                f(rois);
+                f(batch_indices);
+            }
             NonMaxSuppression {
                 boxes,
                 scores,
@@ -2678,11 +2726,13 @@ impl Step {
             | Scatter { out, .. }
             | Gather { out, .. }
             | ResizeInterp { out, .. }
+            | Col2Im { out, .. }
             | Require { out, .. }
             | NonZero { out, .. }
             | Window { out, .. }
             | Dft { out, .. }
             | Det { out, .. }
+            | RoiAlign { out, .. }
             | NonMaxSuppression { out, .. } => f(out),
             Unique { outs, .. } => outs.iter_mut().for_each(f),
             Recurrent { outs, .. } => outs.iter_mut().flatten().for_each(f),
@@ -2778,11 +2828,14 @@ impl Step {
             ConvTranspose { x, w, .. } => vec![*x, *w],
             ArgSort { x, .. }
             | ResizeInterp { x, .. }
+            | Col2Im { x, .. }
             | NonZero { x, .. }
             | Det { x, .. }
             | Dft { x, .. }
             | Unique { x, .. } => vec![*x],
             NonMaxSuppression { .. } => self.nms_inputs(),
+            // rois and batch_indices come with the host reads below.
+            RoiAlign { x, .. } => vec![*x],
             Window { .. } => vec![],
             Recurrent {
                 x,
@@ -2888,11 +2941,13 @@ impl Step {
             | Scatter { out, .. }
             | Gather { out, .. }
             | ResizeInterp { out, .. }
+            | Col2Im { out, .. }
             | Require { out, .. }
             | NonZero { out, .. }
             | Window { out, .. }
             | Dft { out, .. }
             | Det { out, .. }
+            | RoiAlign { out, .. }
             | NonMaxSuppression { out, .. } => vec![*out],
             Unique { outs, .. } => outs.clone(),
             Recurrent { outs, .. } => outs.iter().flatten().copied().collect(),
@@ -2946,8 +3001,14 @@ impl Step {
                 v
             }
             ResizeInterp { spec, .. } => spec.host_reads(),
+            Col2Im { spec, .. } => spec.host_reads(),
             NonZero { x, .. } | Unique { x, .. } => vec![*x],
             NonMaxSuppression { .. } => self.nms_inputs(),
+            RoiAlign {
+                rois,
+                batch_indices,
+                ..
+            } => vec![*rois, *batch_indices],
             Window { size, .. } => size.dynamic_slot().into_iter().collect(),
             Dft { spec, .. } => spec.host_reads(),
             _ => Vec::new(),

@@ -111,8 +111,12 @@ fn attribute_limits() {
     g.init_f32("scales", &[4], &[1.0, 1.0, 2.0, 2.0]);
     g.node("Resize", &["x", "", "scales"], &["y"])
         .attr("mode", string("linear"))
-        .attr("antialias", int(1));
-    declined(&g, 0, "antialias=1 is not claimed");
+        .attr("antialias", int(1))
+        .attr(
+            "coordinate_transformation_mode",
+            string("tf_crop_and_resize"),
+        );
+    declined(&g, 0, "antialias=1 with tf_crop_and_resize is not claimed");
     g.node("Resize", &["x", "", "scales"], &["y2"]).attr(
         "coordinate_transformation_mode",
         string("tf_crop_and_resize"),

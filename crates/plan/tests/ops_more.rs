@@ -108,7 +108,11 @@ fn resize_interp_claims_and_declines() {
     declined(&g, 0, "exclude_outside=1 needs cubic");
     let mut g = resize("cubic", 4, &[1.0, 1.0, 2.0, 2.0], 19);
     g.g.nodes[0].attr("antialias", int(1));
-    declined(&g, 0, "antialias=1");
+    g.g.nodes[0].attr(
+        "coordinate_transformation_mode",
+        string("tf_crop_and_resize"),
+    );
+    declined(&g, 0, "antialias=1 with tf_crop_and_resize");
     let mut g = resize("linear", 4, &[1.0, 1.0, 2.0, 2.0], 19);
     g.g.nodes[0].attr(
         "coordinate_transformation_mode",

@@ -7,8 +7,10 @@ use plan::{ArgReduceOp, BinaryOp, HostReader, ReduceOp, Slot, Step, UnaryOp};
 use crate::RuntimeError;
 use crate::dtype::to_mlx;
 
+mod col2im;
 mod extra;
 mod recurrent;
+mod roi_align;
 
 /// The arrays bound to a plan's slots during one run.
 pub(crate) struct Slots {
@@ -635,6 +637,7 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
             let a = spec.resolve(&shape, &mut Host { slots }).map_err(err)?;
             extra::resize_interp(slots.get(*x)?, &a, s)?
         }
+        Col2Im { x, spec, .. } => col2im::col2im(slots.get(*x)?, spec, &mut Host { slots }, s)?,
         Require { ok, .. } => {
             let ok = slots.get(*ok)?.clone();
             let axes: Vec<i32> = (0..ok.ndim() as i32).collect();
@@ -650,6 +653,7 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
             Array::from_slice(&data, &to_i32s(&dims, "NonZero shape")?).map_err(err)?
         }
         NonMaxSuppression { .. } => extra::non_max_suppression(step, &mut Host { slots })?,
+        RoiAlign { .. } => roi_align::roi_align(step, &mut Host { slots }, s)?,
         Window {
             kind,
             size,

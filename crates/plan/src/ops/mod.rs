@@ -8,6 +8,7 @@ use crate::registry::{Decline, Registry};
 use crate::step::{BinaryOp, Slot, Step, UnaryOp};
 
 pub mod bits;
+pub mod col2im;
 pub mod conv_transpose;
 pub mod detection;
 pub mod einsum;
@@ -47,6 +48,7 @@ pub fn register_all(r: &mut Registry) {
     bits::register(r);
     nn::register(r);
     conv_transpose::register(r);
+    col2im::register(r);
     detection::register(r);
     indexing::register(r);
     integer::register(r);

@@ -10,7 +10,7 @@ use crate::plan::invalid;
 use crate::registry::ClaimCtx;
 use crate::step::{
     AspectPolicy, CoordinateTransform, FloatSource, InterpCoordinates, InterpMode, InterpSpec,
-    NearestMode, ResizeSpec, ShapeSource, interpolated_axes,
+    NearestMode, ResizeSpec, ShapeSource, interpolated_axes, interpolated_axes_for,
 };
 
 /// Registers Resize-10 and Upsample (Resize 11+ is registered by `nn`).
@@ -107,8 +107,9 @@ pub(crate) fn claim_interp(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
     ctx.expect_dtype(node, 0, FLOATS)?;
     let mode = interp_mode(node).or_decline()?;
     let transform = coordinate_mode(node).or_decline()?;
-    if ctx.opset >= 18 && attr_int(node, "antialias").or_decline()?.unwrap_or(0) != 0 {
-        decline!("Resize: antialias=1 is not claimed");
+    let antialias = antialias(node, ctx.opset).or_decline()?;
+    if antialias && transform.is_none() {
+        decline!("Resize: antialias=1 with tf_crop_and_resize is not claimed");
     }
     aspect_policy(node, ctx.opset).or_decline()?;
     if transform.is_none() {
@@ -130,6 +131,7 @@ pub(crate) fn claim_interp(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
     if let Some(r) = rank {
         let ok = match mode {
             InterpMode::Linear => (2..=5).contains(&r),
+            InterpMode::Cubic { .. } if antialias => r == 2 || r == 4,
             InterpMode::Cubic { .. } => r == 2 || r == 4,
         };
         if !ok {
@@ -149,10 +151,15 @@ pub(crate) fn claim_interp(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
             && let Some(v) = scales
             && let Some(full) = static_scales(&v, r, axes.as_deref())
         {
-            interpolated_axes(mode, &full).or_decline()?;
+            interpolated_axes_for(mode, &full, antialias).or_decline()?;
         }
     }
     Ok(())
+}
+
+/// Opset 18 `antialias`.
+fn antialias(node: &Node, opset: i64) -> Result<bool, String> {
+    Ok(opset >= 18 && attr_int(node, "antialias")?.unwrap_or(0) != 0)
 }
 
 fn float_input(
@@ -214,6 +221,7 @@ pub(crate) fn lower_interp(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanEr
         None
     };
     let policy = aspect_policy(node, ctx.opset()).or_invalid(node)?;
+    let antialias = antialias(node, ctx.opset()).or_invalid(node)?;
     emit(
         ctx,
         node,
@@ -224,6 +232,7 @@ pub(crate) fn lower_interp(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanEr
             sizes,
             axes,
             policy,
+            antialias,
         },
     )
 }
@@ -317,6 +326,7 @@ fn lower_legacy(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
                 sizes: None,
                 axes: None,
                 policy: AspectPolicy::Stretch,
+                antialias: false,
             },
         );
     }

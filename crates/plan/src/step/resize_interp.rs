@@ -72,6 +72,9 @@ pub struct InterpSpec {
     pub axes: Option<Vec<i64>>,
     /// Opset 18 `keep_aspect_ratio_policy`.
     pub policy: AspectPolicy,
+    /// Opset 18 `antialias`: a filter widened by `1 / scale` when shrinking, weights normalised
+    /// per output (see [`antialias_taps`]).
+    pub antialias: bool,
 }
 
 /// One interpolated axis: the input positions and weights of each tap for every output
@@ -275,9 +278,22 @@ pub fn resize_output(
 
 /// The axes ORT's linear / cubic kernels interpolate for a rank and its scales.
 pub fn interpolated_axes(mode: InterpMode, scales: &[f32]) -> Result<Vec<usize>, String> {
+    interpolated_axes_for(mode, scales, false)
+}
+
+/// [`interpolated_axes`], where `antialias` also admits cubic on 4-D NHWC-like inputs (outer and
+/// inner scales 1), as ORT does.
+pub fn interpolated_axes_for(
+    mode: InterpMode,
+    scales: &[f32],
+    antialias: bool,
+) -> Result<Vec<usize>, String> {
     let one = |i: usize| scales[i] == 1.0;
     let axes = match (mode, scales.len()) {
         (_, 2) => vec![0, 1],
+        (InterpMode::Cubic { .. }, 4) if antialias && !(one(0) && one(1)) && one(0) && one(3) => {
+            vec![1, 2]
+        }
         (InterpMode::Linear, 3) => vec![0, 1, 2],
         (_, 4) if one(0) && one(1) => vec![2, 3],
         (InterpMode::Linear, 4) if one(0) && one(3) => vec![1, 2],
@@ -345,13 +361,44 @@ impl InterpSpec {
                 extrapolation: None,
             });
         }
-        let axes = interpolated_axes(self.mode, &scales)?;
+        let axes = interpolated_axes_for(self.mode, &scales, self.antialias)?;
         for (i, s) in scales.iter().enumerate() {
             if !axes.contains(&i) && *s != 1.0 {
                 return Err(format!(
                     "Resize: axis {i} has scale {s} but only axes {axes:?} are interpolated"
                 ));
             }
+        }
+        if self.antialias {
+            if roi.is_some() {
+                return Err("Resize: antialias with tf_crop_and_resize is not supported".into());
+            }
+            let (support, a, exclude) = match self.mode {
+                InterpMode::Linear => (2.0, 0.0, false),
+                InterpMode::Cubic { a, exclude_outside } => (4.0, a, exclude_outside),
+            };
+            let mut result = Vec::new();
+            for &ax in &axes {
+                let (n, m, scale) = (input_shape[ax], out_shape[ax], scales[ax]);
+                // ORT copies an axis whose length is unchanged.
+                if n == m {
+                    continue;
+                }
+                let coord =
+                    |o: f32| source_coordinate(transform, o, scale, m as f32, n as f32, 0.0, 1.0);
+                result.push(InterpAxis {
+                    axis: ax as i32,
+                    taps: antialias_taps(n, m, scale, support, a, exclude, coord),
+                    divisor: None,
+                    inside: None,
+                });
+            }
+            return Ok(InterpArgs {
+                axes: result,
+                out_shape,
+                separable: true,
+                extrapolation: None,
+            });
         }
         let n_axes = axes.len();
         let mut result = Vec::with_capacity(n_axes);
@@ -430,6 +477,95 @@ impl InterpSpec {
             f(s);
         }
     }
+}
+
+/// ORT's antialiased taps along one axis of `n` inputs and `m` outputs at `scale` (outputs per
+/// input): a triangle (`support` 2) or Keys cubic (`support` 4, coefficient `a`) filter whose
+/// support is widened by `1 / scale` when shrinking, centred on `coord(o) + 0.5`. Without
+/// `exclude`, the weights of taps outside the input are folded into the edge taps. Weights are
+/// normalised by their float32 sum; outputs with fewer taps are padded with weight 0.
+pub fn antialias_taps(
+    n: i64,
+    m: i64,
+    scale: f32,
+    support: f32,
+    a: f32,
+    exclude: bool,
+    coord: impl Fn(f32) -> f32,
+) -> Vec<(Vec<i32>, Vec<f32>)> {
+    let filter = |x: f32| -> f32 {
+        let x = x.abs();
+        if support == 2.0 {
+            if x < 1.0 { 1.0 - x } else { 0.0 }
+        } else if x < 1.0 {
+            ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0
+        } else if x < 2.0 {
+            (((x - 5.0) * x + 8.0) * x - 4.0) * a
+        } else {
+            0.0
+        }
+    };
+    // ORT's `scale` is inputs per output.
+    let inv = 1.0f32 / scale;
+    let half = if inv >= 1.0 {
+        support * 0.5 * inv
+    } else {
+        support * 0.5
+    };
+    let window = half.ceil() as i64 * 2 + 1;
+    let filter_scale = if inv >= 1.0 { 1.0 / inv } else { 1.0 };
+    let mut rows: Vec<(i64, Vec<f32>)> = Vec::with_capacity(m as usize);
+    for i in 0..m {
+        let center = 0.5
+            + if inv == 1.0 {
+                i as f32
+            } else {
+                coord(i as f32)
+            };
+        let xmin_real = (center - half + 0.5).floor() as i64;
+        let xmax_real = (center + half + 0.5).floor() as i64;
+        let xmax_real = xmin_real + (xmax_real - xmin_real).clamp(0, window);
+        let (xmin_cut, xmax_cut) = (xmin_real.clamp(0, n), xmax_real.clamp(0, n));
+        let xmin = if exclude { xmin_cut } else { xmin_real };
+        let len = if exclude { xmax_cut } else { xmax_real } - xmin;
+        let mut buf = vec![0.0f32; len.max(0) as usize];
+        let mut total = 0.0f32;
+        for x in 0..len {
+            let w = filter(((x + xmin) as f32 - center + 0.5) * filter_scale);
+            buf[x as usize] = w;
+            total += w;
+        }
+        if !exclude && xmin_cut < xmax_cut {
+            let neg = (-xmin).clamp(0, len - 1);
+            for x in 0..neg {
+                buf[neg as usize] += buf[x as usize];
+            }
+            let over = (len + xmin - n).clamp(0, len - 1);
+            for x in (len - over)..len {
+                buf[(len - over - 1) as usize] += buf[x as usize];
+            }
+            if (neg | over) > 0 {
+                for x in 0..(xmax_cut - xmin_cut) {
+                    buf[x as usize] = buf[(x + neg) as usize];
+                }
+            }
+        }
+        let total_inv = if total == 0.0 { 1.0 } else { 1.0 / total };
+        let count = (xmax_cut - xmin_cut).max(0) as usize;
+        let weights = buf[..count].iter().map(|w| w * total_inv).collect();
+        rows.push((xmin_cut, weights));
+    }
+    let taps = rows.iter().map(|r| r.1.len()).max().unwrap_or(0).max(1);
+    (0..taps)
+        .map(|t| {
+            rows.iter()
+                .map(|(start, w)| match w.get(t) {
+                    Some(&w) => ((start + t as i64) as i32, w),
+                    None => (0, 0.0),
+                })
+                .unzip()
+        })
+        .collect()
 }
 
 /// ORT's linear taps: the clamped coordinate between its floor and the next index, weighted by
@@ -525,6 +661,7 @@ mod tests {
             sizes: None,
             axes: None,
             policy: AspectPolicy::Stretch,
+            antialias: false,
         }
     }
 
