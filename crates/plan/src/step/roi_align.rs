@@ -2,6 +2,9 @@
 //! on the host from the roi values (as ONNX Runtime's CPU kernel, in float32); the runtime
 //! gathers the corners from X on the device and reduces them.
 
+/// The most sample corners (gather rows) one RoiAlign run may compute on the host.
+const MAX_SAMPLES: i64 = 1 << 27;
+
 /// The static attributes of one `RoiAlign` node.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RoiAlignSpec {
@@ -123,12 +126,24 @@ impl RoiAlignSpec {
         }
         let max_grid = geo
             .iter()
-            .map(|g| g.5.max(0) * g.6.max(0))
+            .map(|g| g.5.max(0).saturating_mul(g.6.max(0)))
             .max()
             .unwrap_or(0);
+        // Hostile rois (huge, or with an enormous adaptive grid) must give an error, not an
+        // allocation failure that would abort the process.
+        let total = (r as i64)
+            .checked_mul(oh)
+            .and_then(|t| t.checked_mul(ow))
+            .and_then(|t| t.checked_mul(max_grid.max(1)))
+            .and_then(|t| t.checked_mul(4))
+            .filter(|&t| t <= MAX_SAMPLES)
+            .ok_or_else(|| {
+                format!(
+                    "RoiAlign: {r} roi(s) of {oh}x{ow} bins with up to {max_grid} samples each \
+                     need more than {MAX_SAMPLES} sample corners"
+                )
+            })? as usize;
         let corners = 4 * max_grid.max(1) as usize;
-        let bins = (oh * ow) as usize;
-        let total = r * bins * corners;
         let mut out = RoiSamples {
             rois: r,
             corners,
@@ -219,6 +234,16 @@ mod tests {
     /// X = [[0, 1, 2], [3, 4, 5], [6, 7, 8]].
     fn ramp() -> Vec<f32> {
         (0..9).map(|v| v as f32).collect()
+    }
+
+    #[test]
+    fn huge_adaptive_grids_are_an_error_not_an_allocation() {
+        for roi in [[0.0, 0.0, 1e30, 1e30], [0.0, 0.0, f32::INFINITY, 4.0]] {
+            let e = spec(false, false, 0)
+                .samples(&[1, 1, 3, 3], &roi, &[0])
+                .unwrap_err();
+            assert!(e.contains("sample corners"), "{e}");
+        }
     }
 
     #[test]
