@@ -74,6 +74,8 @@ impl Reset {
 pub(crate) struct DecodeState {
     /// `(input index, output index)` of each cache pair.
     pairs: Vec<(usize, usize)>,
+    /// Per input: whether it is the cache input of a pair.
+    is_cache_input: Vec<bool>,
     reuse: bool,
     key: Option<String>,
     started: bool,
@@ -130,7 +132,14 @@ impl DecodeState {
         }
         let disabled = std::env::var("ORTMLX_DISABLE_DECODE_REUSE")
             .is_ok_and(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on"));
+        let mut is_cache_input = vec![false; num_inputs];
+        for &(i, _) in &pairs {
+            if let Some(c) = is_cache_input.get_mut(i) {
+                *c = true;
+            }
+        }
         Some(DecodeState {
+            is_cache_input,
             carried: vec![None; pairs.len()],
             previous: vec![None; num_inputs],
             pairs,
@@ -201,7 +210,7 @@ impl DecodeState {
         }
         self.stats.carried_inputs += bound.iter().filter(|b| b.is_some()).count() as u64;
         for (i, t) in inputs.iter().enumerate() {
-            if bound[i].is_some() || self.pairs.iter().any(|&(pi, _)| pi == i) {
+            if bound[i].is_some() || self.is_cache_input.get(i).copied().unwrap_or(true) {
                 continue;
             }
             if let Some(a) = &self.previous[i]
@@ -224,7 +233,7 @@ impl DecodeState {
             self.carried[p] = outputs.get(o).cloned();
         }
         for (i, a) in inputs.iter().enumerate() {
-            if !self.pairs.iter().any(|&(pi, _)| pi == i) {
+            if !self.is_cache_input.get(i).copied().unwrap_or(true) {
                 self.previous[i] = Some(a.clone());
             }
         }

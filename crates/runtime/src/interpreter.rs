@@ -56,7 +56,10 @@ impl Slots {
 
     /// Binds an array to a slot.
     pub(crate) fn set(&mut self, slot: Slot, value: Array) {
-        self.read_back.get_mut().remove(&slot);
+        let read_back = self.read_back.get_mut();
+        if !read_back.is_empty() {
+            read_back.remove(&slot);
+        }
         self.values[slot.index()] = Some(value);
     }
 
