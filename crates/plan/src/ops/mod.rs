@@ -10,6 +10,7 @@ use crate::step::{BinaryOp, Slot, Step, UnaryOp};
 pub mod bits;
 pub mod col2im;
 pub mod conv_transpose;
+pub mod deform_conv;
 pub mod detection;
 pub mod einsum;
 pub mod elementwise;
@@ -48,6 +49,7 @@ pub fn register_all(r: &mut Registry) {
     bits::register(r);
     nn::register(r);
     conv_transpose::register(r);
+    deform_conv::register(r);
     col2im::register(r);
     detection::register(r);
     indexing::register(r);
