@@ -13,7 +13,7 @@ use crate::abi::{ORT_ABI_VERSION, OrtDataTransferImpl, OrtEp, OrtEpFactory, Stat
 use crate::api::{Api, cstr_lossy, to_cstring};
 use crate::ep::Ep;
 use crate::error::{EpError, guard, guard_value};
-use crate::options::EpOptions;
+use crate::options::{EP_NAME, EpOptions};
 
 const NAME: &CStr = c"MLXExecutionProvider";
 const VENDOR: &CStr = c"onnxruntime-mlx-ep";
@@ -281,11 +281,39 @@ unsafe extern "system" fn create_ep(
             runtime::gpu_available(),
         )?;
         log::info!("CreateEp: {options:?}");
+        apply_process_settings(&options)?;
+        log::info!(
+            "{EP_NAME} runs fused nodes on the {} ({})",
+            match options.device {
+                DeviceKind::Gpu => "GPU",
+                DeviceKind::Cpu => "CPU",
+            },
+            if config
+                .iter()
+                .any(|(k, _)| k == "ep.mlxexecutionprovider.device")
+            {
+                "the device option"
+            } else if default_device == DeviceKind::Gpu {
+                "a GPU is present and ORT offered it"
+            } else if runtime::gpu_available() {
+                "ORT offered no GPU device"
+            } else {
+                "the linked MLX has no GPU backend or no GPU is present"
+            }
+        );
         let instance = Ep::new(api, options);
         // SAFETY: ORT's out-pointer; ORT gives it back through ReleaseEp.
         unsafe { *ep = instance.into_raw() };
         Ok(())
     })
+}
+
+/// Applies the options MLX holds per process: the kernel cache (fixed by the first EP made)
+/// and the allocator's limits.
+fn apply_process_settings(options: &EpOptions) -> Result<(), EpError> {
+    runtime::kernel_cache::configure(options.kernel_cache_dir.as_deref());
+    runtime::set_memory_limits(options.memory_limit, options.cache_limit)
+        .map_err(|e| EpError::new(e.to_string()))
 }
 
 unsafe extern "system" fn release_ep(_this: *mut OrtEpFactory, ep: *mut OrtEp) {

@@ -22,6 +22,18 @@ pub const VALID_KEYS: &[(&str, &str)] = &[
         "share_initializers",
         "on|off: share identical initializers across sessions (default on)",
     ),
+    (
+        "kernel_cache_dir",
+        "folder|off: where MLX keeps the CUDA kernels it compiles (process-wide, first session wins)",
+    ),
+    (
+        "memory_limit",
+        "bytes (K/M/G suffixes): MLX's memory limit, past which it frees its buffer cache (process-wide)",
+    ),
+    (
+        "cache_limit",
+        "bytes (K/M/G suffixes): most freed memory MLX keeps for reuse (process-wide; 0 keeps none)",
+    ),
 ];
 
 /// Options of one EP instance.
@@ -34,6 +46,40 @@ pub struct EpOptions {
     pub compile: Option<bool>,
     /// Whether identical initializers are shared across sessions.
     pub share_initializers: bool,
+    /// The `kernel_cache_dir` option, as given (see `runtime::kernel_cache`).
+    pub kernel_cache_dir: Option<String>,
+    /// MLX's memory limit in bytes, when given.
+    pub memory_limit: Option<usize>,
+    /// MLX's buffer cache limit in bytes, when given.
+    pub cache_limit: Option<usize>,
+}
+
+/// Reads a byte count: digits with an optional K, M, G or T suffix (powers of 1024; a
+/// trailing `B`/`iB` is accepted).
+fn parse_bytes(key: &str, value: &str) -> Result<usize, EpError> {
+    let text = value.trim().to_ascii_uppercase();
+    let text = text
+        .strip_suffix("IB")
+        .or_else(|| text.strip_suffix('B'))
+        .unwrap_or(&text)
+        .trim_end();
+    let (digits, shift) = match text.char_indices().last() {
+        Some((i, 'K')) => (&text[..i], 10),
+        Some((i, 'M')) => (&text[..i], 20),
+        Some((i, 'G')) => (&text[..i], 30),
+        Some((i, 'T')) => (&text[..i], 40),
+        _ => (text, 0),
+    };
+    digits
+        .trim()
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(1usize << shift))
+        .ok_or_else(|| {
+            EpError::invalid_argument(format!(
+                "{EP_NAME} option {key}='{value}': expected a byte count such as 8589934592, 512M or 8G"
+            ))
+        })
 }
 
 /// Reads an on/off option value (`on|off`, `1|0`, `true|false`, `yes|no`).
@@ -61,6 +107,9 @@ impl EpOptions {
             device: default_device,
             compile: None,
             share_initializers: true,
+            kernel_cache_dir: None,
+            memory_limit: None,
+            cache_limit: None,
         };
         for (key, value) in entries {
             let Some(key) = key.strip_prefix(OPTION_PREFIX) else {
@@ -88,6 +137,9 @@ impl EpOptions {
                 "share_initializers" => {
                     options.share_initializers = parse_switch(key, value, "")?;
                 }
+                "kernel_cache_dir" => options.kernel_cache_dir = Some(value.to_string()),
+                "memory_limit" => options.memory_limit = Some(parse_bytes(key, value)?),
+                "cache_limit" => options.cache_limit = Some(parse_bytes(key, value)?),
                 unknown => {
                     let valid: Vec<String> = VALID_KEYS
                         .iter()
@@ -195,6 +247,35 @@ mod tests {
         .unwrap_err();
         for key in ["device", "compile", "share_initializers"] {
             assert!(e.message.contains(key), "{e}");
+        }
+    }
+
+    #[test]
+    fn reads_kernel_cache_and_memory_limits() {
+        let o = EpOptions::from_config(
+            [
+                ("ep.mlxexecutionprovider.kernel_cache_dir", "/tmp/k"),
+                ("ep.mlxexecutionprovider.memory_limit", "8G"),
+                ("ep.mlxexecutionprovider.cache_limit", "0"),
+            ],
+            DeviceKind::Cpu,
+            false,
+        )
+        .unwrap();
+        assert_eq!(o.kernel_cache_dir.as_deref(), Some("/tmp/k"));
+        assert_eq!(o.memory_limit, Some(8 << 30));
+        assert_eq!(o.cache_limit, Some(0));
+        for (text, want) in [
+            ("512M", 512 << 20),
+            ("1 KiB", 1024),
+            ("2gb", 2 << 30),
+            ("77", 77),
+        ] {
+            assert_eq!(parse_bytes("memory_limit", text).unwrap(), want, "{text}");
+        }
+        for bad in ["", "G", "-1", "1.5G", "lots", "99999999999999999999T"] {
+            let e = parse_bytes("memory_limit", bad).unwrap_err();
+            assert!(e.message.contains("byte count"), "{bad}: {e}");
         }
     }
 

@@ -66,6 +66,53 @@ pub fn set_compile_enabled(enabled: bool) -> Result<()> {
     })
 }
 
+/// MLX's memory counters, in bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MemoryStats {
+    /// Held by live arrays.
+    pub active: usize,
+    /// Freed by arrays but kept by MLX's allocator for reuse.
+    pub cache: usize,
+    /// The most ever active since the last reset.
+    pub peak: usize,
+}
+
+/// Reads MLX's memory counters (process-wide, all devices).
+pub fn memory_stats() -> Result<MemoryStats> {
+    let mut stats = MemoryStats::default();
+    // SAFETY: plain getters writing into the out-pointers.
+    unsafe {
+        check(mlx_sys::mlx_get_active_memory(&mut stats.active))?;
+        check(mlx_sys::mlx_get_cache_memory(&mut stats.cache))?;
+        check(mlx_sys::mlx_get_peak_memory(&mut stats.peak))?;
+    }
+    Ok(stats)
+}
+
+/// Sets MLX's memory limit (process-wide): past it, the allocator frees its cache before it
+/// allocates more. Returns the previous limit.
+pub fn set_memory_limit(bytes: usize) -> Result<usize> {
+    let mut previous = 0;
+    // SAFETY: plain setter writing the old value into the out-pointer.
+    check(unsafe { mlx_sys::mlx_set_memory_limit(&mut previous, bytes) })?;
+    Ok(previous)
+}
+
+/// Sets how many bytes of freed buffers MLX's allocator keeps for reuse (process-wide; 0
+/// keeps none). Returns the previous limit.
+pub fn set_cache_limit(bytes: usize) -> Result<usize> {
+    let mut previous = 0;
+    // SAFETY: plain setter writing the old value into the out-pointer.
+    check(unsafe { mlx_sys::mlx_set_cache_limit(&mut previous, bytes) })?;
+    Ok(previous)
+}
+
+/// Returns the buffers MLX's allocator keeps for reuse to the system.
+pub fn clear_cache() -> Result<()> {
+    // SAFETY: plain global call.
+    check(unsafe { mlx_sys::mlx_clear_cache() })
+}
+
 /// Evaluates several arrays together (one graph walk, shared work computed once).
 #[track_caller]
 pub fn eval(arrays: &[&Array]) -> Result<()> {

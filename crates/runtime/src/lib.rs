@@ -12,6 +12,7 @@ mod dtype;
 mod empty_reduce;
 mod guard;
 mod interpreter;
+pub mod kernel_cache;
 mod lanes;
 mod packed;
 
@@ -356,6 +357,20 @@ impl Executable {
     ) -> Result<Vec<OutputTensor>, RuntimeError> {
         let _run = self.gate.enter().map_err(|e| RuntimeError(e.to_string()))?;
         let mut state = self.state.lock();
+        let state = &mut *state;
+        self.lane.run(self.device, |lane| {
+            self.run_on_lane(state, inputs, ctx, lane)
+        })?
+    }
+
+    /// The body of a run, on the lane's thread and streams.
+    fn run_on_lane(
+        &self,
+        state: &mut RunState,
+        inputs: &[InputTensor<'_>],
+        ctx: &RunContext<'_>,
+        lane: &lanes::LaneStreams,
+    ) -> Result<Vec<OutputTensor>, RuntimeError> {
         let plan = &self.program.plan;
         if inputs.len() != plan.inputs.len() {
             return Err(RuntimeError(format!(
@@ -372,7 +387,7 @@ impl Executable {
                 )));
             }
         }
-        let RunState { compiled, decode } = &mut *state;
+        let RunState { compiled, decode } = state;
         let bound = match decode {
             Some(d) => d.begin(inputs, ctx),
             None => vec![None; inputs.len()],
@@ -395,7 +410,6 @@ impl Executable {
         } else {
             plan.host.run(&shapes).map_err(RuntimeError)?
         };
-        let lane = self.lane.enter()?;
         let stream = lane.stream(self.device);
         let outputs = match compiled.slot_for(&shapes) {
             Some(slot) => compiled.run(slot, &self.program, self.device, &arrays, host, shapes)?,
@@ -449,6 +463,20 @@ impl Executable {
             })
             .collect()
     }
+}
+
+/// Sets MLX's process-wide allocator limits (see `mlx::set_memory_limit` and
+/// `mlx::set_cache_limit`); `None` leaves a limit as it is.
+pub fn set_memory_limits(memory: Option<usize>, cache: Option<usize>) -> Result<(), RuntimeError> {
+    if let Some(bytes) = memory {
+        mlx::set_memory_limit(bytes)
+            .map_err(|e| RuntimeError(format!("setting MLX's memory limit: {e}")))?;
+    }
+    if let Some(bytes) = cache {
+        mlx::set_cache_limit(bytes)
+            .map_err(|e| RuntimeError(format!("setting MLX's cache limit: {e}")))?;
+    }
+    Ok(())
 }
 
 /// One-time process setup (MLX's error handler, float32 matmul precision). Safe to call
