@@ -1,43 +1,88 @@
 #!/usr/bin/env bash
-# Second device call of `cargo xtask gpu-check`: assembles the CUDA build of MLX next to the EP,
-# runs the end-to-end tests on MLX's GPU stream, then the GPU benchmarks. Results go to $OUT.
+# Device calls of `cargo xtask gpu-check` after device_stage.sh, on the same warm machine:
+#   bash tests/gpu/device_run.sh core         the exit-abort reproducer, the cold and warm time to
+#                                             first output, and the end-to-end suites on MLX's
+#                                             GPU stream (with their exit status)
+#   bash tests/gpu/device_run.sh reliability  hostile, threading and leak suites on the GPU, 20
+#                                             GPU test processes in a row (exit status of each)
+#   bash tests/gpu/device_run.sh bench        the GPU benchmarks
+# The first call on a machine (any phase) assembles the CUDA build of MLX from the staged parts.
+# Results go to $OUT. The kernel cache is the EP's default (under ~/.cache), as a user gets it.
 set -uo pipefail
+phase="${1:-core}"
 stage=/tmp/ortmlx-stage
 out="${OUT:-/tmp/ortmlx-out}"
 mkdir -p "$out"
-cp .gpu/libmlx.so.xz.part-ab "$stage/"
-site=$(python3 -c "import site; print(site.getsitepackages()[0])")
-# libmlx finds the CUDA libraries as MLX's own wheel does: $ORIGIN/../../nvidia/<package>/lib,
-# i.e. next to the pip CUDA packages of this Python, and its BLAS in $ORIGIN/../../mlx_cuda_13.libs.
 root=/tmp/ortmlx-site
 lib="$root/ortmlx_gpu/lib"
-mkdir -p "$lib"
-ln -sfn "$site/nvidia" "$root/nvidia"
-cat "$stage"/libmlx.so.xz.part-* | xz -d -T0 > "$lib/libmlx.so"
-tar -xJf .gpu/bundle.tar.xz -C "$root"
+if [ ! -f "$lib/libmlx.so" ]; then
+  cp .gpu/libmlx.so.xz.part-ab "$stage/"
+  site=$(python3 -c "import site; print(site.getsitepackages()[0])")
+  # libmlx finds the CUDA libraries as MLX's own wheel does: $ORIGIN/../../nvidia/<package>/lib,
+  # i.e. next to the pip CUDA packages of this Python, and its BLAS in $ORIGIN/../../mlx_cuda_13.libs.
+  mkdir -p "$lib"
+  ln -sfn "$site/nvidia" "$root/nvidia"
+  cat "$stage"/libmlx.so.xz.part-* | xz -d -T0 > "$lib/libmlx.so"
+  tar -xJf .gpu/bundle.tar.xz -C "$root"
+  ldd "$lib/libmlx.so" | grep -E "not found|cudnn|cublas|nvrtc" | tee "$out/ldd.txt"
+fi
 export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export ORTMLX_EP_LIBRARY="$lib/libonnxruntime_mlx_ep.so"
-export MLX_PTX_CACHE_DIR=/tmp/mlx-ptx-cache
-ldd "$lib/libmlx.so" | grep -E "not found|cudnn|cublas|nvrtc" | tee "$out/ldd.txt"
+unset MLX_PTX_CACHE_DIR
+py="python3 -m pytest -q -s -p no:cacheprovider"
 
-echo "== end-to-end tests on the GPU stream (ORT $(python3 -c 'import onnxruntime; print(onnxruntime.__version__)'))"
-ORTMLX_TEST_DEVICE=gpu ORTMLX_LOG=info ORTMLX_DISABLE_COMPILE="${ORTMLX_DISABLE_COMPILE:-1}" \
-  timeout 330 python3 -m pytest -q -s -p no:cacheprovider tests/python/test_ops.py tests/python/test_models.py tests/python/test_gpu.py tests/python/test_contrib.py tests/python/test_ops_more.py \
-  2> "$out/ep.log" > "$out/pytest.log"
-echo "pytest exit $?"
-tail -n 15 "$out/pytest.log"
-echo "fused nodes compiled for the GPU stream: $(grep -c 'on the Gpu stream' "$out/ep.log")"
-echo "fused nodes compiled for the CPU stream: $(grep -c 'on the Cpu stream' "$out/ep.log")"
+case "$phase" in
+core)
+  echo "== MLX exit abort reproducer (no ORT; stream modes: 0 main thread default, 1 thread-unsafe, 2 parked worker thread)"
+  if gcc -O1 -pthread -o /tmp/mlx_exit_abort tests/gpu/mlx_exit_abort.c -I"$root/ortmlx_gpu/include" -L"$lib" -lmlxc -Wl,-rpath,"$lib"; then
+    for mode in 0 1 2; do
+      for op in reshape abs; do
+        codes=""
+        for run in 1 2; do
+          /tmp/mlx_exit_abort "$mode" "$op" 3 > /tmp/abort.log 2>&1
+          codes="$codes $?"
+        done
+        echo "mlx_exit_abort mode $mode $op: exit codes$codes ($(tail -n 1 /tmp/abort.log))"
+      done
+    done
+  fi
 
-echo "== benchmarks"
-timeout 230 python3 tests/gpu/bench_gpu.py "$out/gpu_bench.json" "${ORTMLX_GPU_BENCH:-encoder,llama-tiny,llama-large}" 2> "$out/bench.err"
-echo "bench exit $?"
-tail -n 5 "$out/bench.err"
-
-echo "== MLX exit abort reproducer (no ORT involved; see docs/usage.md)"
-if gcc -O1 -o /tmp/mlx_exit_abort tests/gpu/mlx_exit_abort.c -I"$root/ortmlx_gpu/include" -L"$lib" -lmlxc -Wl,-rpath,"$lib"; then
-  for args in "0 reshape 1" "0 abs 1" "1 reshape 1" "1 abs 1"; do
-    /tmp/mlx_exit_abort $args > /tmp/abort.log 2>&1
-    echo "mlx_exit_abort $args: exit $? $(tail -n 1 /tmp/abort.log)"
+  echo "== time to first output, a fresh kernel cache: cold process, then warm process"
+  for run in cold warm; do
+    ORTMLX_KERNEL_CACHE_DIR=/tmp/ortmlx-first-output-cache timeout 200 python3 tests/gpu/first_output.py gpu 2>> "$out/first_output.err" | sed "s/^/$run: /" | tee -a "$out/first_output.txt"
+    echo "$run exit ${PIPESTATUS[0]}"
   done
-fi
+
+  echo "== end-to-end suites on the GPU stream (ORT $(python3 -c 'import onnxruntime; print(onnxruntime.__version__)'))"
+  ORTMLX_TEST_DEVICE=gpu ORTMLX_LOG=info ORTMLX_DISABLE_COMPILE="${ORTMLX_DISABLE_COMPILE:-1}" timeout 300 $py tests/python/test_ops.py tests/python/test_models.py \
+    tests/python/test_gpu.py tests/python/test_contrib.py tests/python/test_ops_more.py tests/python/test_kernel_cache.py \
+    2> "$out/ep.log" > "$out/pytest.log"
+  echo "pytest exit $?"
+  tail -n 4 "$out/pytest.log"
+  echo "fused nodes compiled for the GPU stream: $(grep -c 'on the Gpu stream' "$out/ep.log")"
+  echo "fused nodes compiled for the CPU stream: $(grep -c 'on the Cpu stream' "$out/ep.log")"
+  grep -m1 "CUDA kernel cache" "$out/ep.log"
+  ;;
+reliability)
+  echo "== hostile, threading and leak suites on the GPU stream"
+  ORTMLX_TEST_DEVICE=gpu ORTMLX_LEAK_GPU_MEMORY=1 ORTMLX_VALGRIND_CYCLES=0 timeout 420 $py -rA \
+    tests/python/test_hostile.py tests/python/test_threads.py tests/python/test_leaks.py tests/python/test_llm.py \
+    > "$out/reliability.log" 2> "$out/reliability.err"
+  echo "pytest exit $?"
+  grep -E "RSS over|GPU memory over|passed|failed" "$out/reliability.log" | tail -n 6
+  echo "== 20 GPU test processes in a row"
+  codes=""
+  for run in $(seq 20); do
+    ORTMLX_TEST_DEVICE=gpu timeout 60 $py tests/python/test_gpu.py tests/python/test_options.py > /tmp/short.log 2>&1
+    codes="$codes $?"
+  done
+  echo "exit codes:$codes"
+  tail -n 2 /tmp/short.log
+  ;;
+bench)
+  echo "== benchmarks"
+  timeout 500 python3 tests/gpu/bench_gpu.py "$out/gpu_bench.json" "${ORTMLX_GPU_BENCH:-encoder,llama-tiny,llama-large}" 2> "$out/bench.err"
+  echo "bench exit $?"
+  tail -n 5 "$out/bench.err"
+  ;;
+esac

@@ -8,5 +8,5 @@ mkdir -p "$stage"
 cp .gpu/libmlx.so.xz.part-aa "$stage/"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
 python3 -c "import onnxruntime, onnx, numpy, torch; print('onnxruntime', onnxruntime.__version__, 'onnx', onnx.__version__, 'numpy', numpy.__version__, 'torch', torch.__version__, 'cuda', torch.cuda.is_available())"
-ldd --version | head -n 1
+ldd --version 2>&1 | sed -n 1p
 echo "staged: $(ls -la "$stage")"

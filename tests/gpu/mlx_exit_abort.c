@@ -5,25 +5,78 @@
  * down"), depending on the run. Built and run by tests/gpu/device_run.sh against the staged
  * libmlxc/libmlx.
  *
- * usage: mlx_exit_abort <thread-unsafe stream: 0|1> <reshape|abs> <iterations>
+ * Stream modes: 0 the main thread's default GPU stream; 1 a thread-unsafe stream (what the EP
+ * used before its GPU lanes got worker threads); 2 a stream made by a worker thread that does
+ * the work and then stays parked until the process exits (what the EP's GPU lanes do now).
+ *
+ * usage: mlx_exit_abort <stream mode: 0|1|2> <reshape|abs> <iterations>
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "mlx/c/mlx.h"
 
+static int work(int mode, const char* op, int iterations);
+
+struct job {
+  const char* op;
+  int iterations;
+  int result;
+  pthread_mutex_t mutex;
+  pthread_cond_t cond;
+  int done;
+};
+
+static void* worker(void* arg) {
+  struct job* job = arg;
+  int result = work(2, job->op, job->iterations);
+  pthread_mutex_lock(&job->mutex);
+  job->result = result;
+  job->done = 1;
+  pthread_cond_signal(&job->cond);
+  pthread_mutex_unlock(&job->mutex);
+  for (;;) pause();  /* parked: the thread, and its MLX state, outlive main */
+  return NULL;
+}
+
 int main(int argc, char** argv) {
   if (argc < 4) {
-    fprintf(stderr, "usage: %s <0|1> <reshape|abs> <iterations>\n", argv[0]);
+    fprintf(stderr, "usage: %s <0|1|2> <reshape|abs> <iterations>\n", argv[0]);
     return 2;
   }
-  int thread_unsafe = atoi(argv[1]);
+  int mode = atoi(argv[1]);
   const char* op = argv[2];
   int iterations = atoi(argv[3]);
+  int result;
+  if (mode == 2) {
+    static struct job job = {.mutex = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+    job.op = op;
+    job.iterations = iterations;
+    pthread_t thread;
+    pthread_create(&thread, NULL, worker, &job);
+    pthread_detach(thread);
+    pthread_mutex_lock(&job.mutex);
+    while (!job.done) pthread_cond_wait(&job.cond, &job.mutex);
+    pthread_mutex_unlock(&job.mutex);
+    result = job.result;
+  } else {
+    result = work(mode, op, iterations);
+  }
+  if (result == 0) {
+    printf("%s, stream mode %d: %d iteration(s) correct; exiting\n", op, mode, iterations);
+  }
+  fflush(stdout);
+  return result;
+}
+
+static int work(int mode, const char* op, int iterations) {
   mlx_device gpu = mlx_device_new_type(MLX_GPU, 0);
-  mlx_stream s = thread_unsafe ? mlx_stream_new_thread_unsafe(gpu)
-                               : mlx_default_gpu_stream_new();
+  mlx_stream s = mode == 1   ? mlx_stream_new_thread_unsafe(gpu)
+                 : mode == 2 ? mlx_stream_new_device(gpu)
+                             : mlx_default_gpu_stream_new();
   float host[120];
   for (int i = 0; i < 120; i++) host[i] = (float)i;
   int shape[4] = {2, 3, 4, 5};
@@ -48,8 +101,5 @@ int main(int argc, char** argv) {
   }
   mlx_stream_free(s);
   mlx_device_free(gpu);
-  printf("%s, thread-unsafe stream %d: %d iteration(s) correct; exiting\n", op, thread_unsafe,
-         iterations);
-  fflush(stdout);
   return 0;
 }

@@ -1,7 +1,8 @@
 """Create / run / release MLX EP sessions in a loop and report resident memory.
 
 Usage: ``python leak_loop.py CYCLES [SAMPLE_EVERY]`` with ``ORTMLX_EP_LIBRARY`` set. Prints one
-JSON object: ``{"cycles": N, "samples": [[cycle, rss_bytes], ...]}``. Run by
+JSON object: ``{"cycles": N, "samples": [[cycle, rss_bytes(, gpu_bytes)], ...]}`` (GPU memory
+with ``ORTMLX_LEAK_GPU_MEMORY=1``, read with nvidia-smi). Run by
 ``test_leaks.py`` in a fresh process (alone, and under valgrind).
 
 Each cycle makes a session of a small model with a 256 KiB weight (shared through the
@@ -46,6 +47,23 @@ def model() -> tuple[bytes, np.ndarray, np.ndarray]:
     return m.SerializeToString(), w, b
 
 
+def gpu_bytes() -> int | None:
+    """GPU memory this process holds, per nvidia-smi, when ``ORTMLX_LEAK_GPU_MEMORY=1``."""
+    if os.environ.get("ORTMLX_LEAK_GPU_MEMORY") != "1":
+        return None
+    import subprocess
+
+    out = subprocess.run(
+        ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    for line in out.splitlines():
+        pid, used = (part.strip() for part in line.split(","))
+        if int(pid) == os.getpid():
+            return int(used) * 2**20
+    return 0
+
+
 def rss_bytes() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -68,7 +86,8 @@ def main() -> int:
         del session
         if (i + 1) % every == 0:
             gc.collect()
-            samples.append([i + 1, rss_bytes()])
+            gpu = gpu_bytes()
+            samples.append([i + 1, rss_bytes()] + ([] if gpu is None else [gpu]))
     print(json.dumps({"cycles": cycles, "samples": samples}))
     return 0
 

@@ -49,7 +49,7 @@ def _slope(samples: list[list[int]]) -> float:
     """Theil-Sen slope of RSS over cycles (the median of the pairwise slopes), bytes per
     cycle: the allocator moves RSS up and down by a MiB now and then, which would swing a
     least-squares fit; a steady leak moves every pair."""
-    slopes = sorted((y2 - y1) / (x2 - x1) for i, (x1, y1) in enumerate(samples) for x2, y2 in samples[i + 1 :] if x2 != x1)
+    slopes = sorted((b[1] - a[1]) / (b[0] - a[0]) for i, a in enumerate(samples) for b in samples[i + 1 :] if b[0] != a[0])
     if not slopes:
         return 0.0
     mid = len(slopes) // 2
@@ -73,6 +73,11 @@ def test_rss_is_flat_over_session_cycles(request):
         f"{samples[-1][1] / 2**20:.1f} MiB at the end; slope after warm-up {slope:+.1f} B/cycle (bound {MAX_SLOPE})",
     )
     assert slope < MAX_SLOPE, f"RSS grows by {slope:.0f} bytes per cycle after warm-up ({growth} bytes in {samples[-1][0] - samples[0][0]} cycles): {result['samples']}"
+    if all(len(s) > 2 for s in samples):
+        gpu = [[s[0], s[2]] for s in samples]
+        gpu_slope = _slope(gpu)
+        _report(request, f"GPU memory over the cycles: {gpu[0][1] / 2**20:.0f} MiB after warm-up, {gpu[-1][1] / 2**20:.0f} MiB at the end; slope {gpu_slope:+.1f} B/cycle")
+        assert gpu_slope < MAX_SLOPE, f"GPU memory grows by {gpu_slope:.0f} bytes per cycle after warm-up: {gpu}"
 
 
 def _frames(error: ET.Element) -> list[tuple[str, str]]:

@@ -187,8 +187,9 @@ pub fn run_check() -> Result<()> {
     println!(
         "\nRun on the device machine, two calls back to back on one warm machine:\n\
          1. carry [\".gpu/libmlx.so.xz.part-aa\"]: bash tests/gpu/device_stage.sh\n\
-         2. carry [\".gpu/libmlx.so.xz.part-ab\", \".gpu/bundle.tar.xz\"]: bash tests/gpu/device_run.sh\n\
-         Results (pytest log, EP log, gpu_bench.json) come back under $OUT; docs/benchmarks.md holds the table."
+         2. carry [\".gpu/libmlx.so.xz.part-ab\", \".gpu/bundle.tar.xz\"]: bash tests/gpu/device_run.sh core\n\
+         3. (same machine) bash tests/gpu/device_run.sh reliability, then bash tests/gpu/device_run.sh bench\n\
+         Results (pytest logs, EP log, gpu_bench.json) come back under $OUT; docs/benchmarks.md holds the table."
     );
     Ok(())
 }

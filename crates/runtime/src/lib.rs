@@ -358,8 +358,17 @@ impl Executable {
         let _run = self.gate.enter().map_err(|e| RuntimeError(e.to_string()))?;
         let mut state = self.state.lock();
         let state = &mut *state;
-        self.lane.run(self.device, |lane| {
-            self.run_on_lane(state, inputs, ctx, lane)
+        // MLX's CUDA kernels don't all handle empty tensors (some crash the process: a
+        // zero-batch cuDNN convolution, an empty Gather); a run with an empty input computes
+        // nothing worth a GPU, so it runs eagerly on the CPU stream.
+        let device = if self.device == DeviceKind::Gpu && inputs.iter().any(|t| t.dims.contains(&0))
+        {
+            DeviceKind::Cpu
+        } else {
+            self.device
+        };
+        self.lane.run(device, |lane| {
+            self.run_on_lane(state, inputs, ctx, device, lane)
         })?
     }
 
@@ -369,6 +378,7 @@ impl Executable {
         state: &mut RunState,
         inputs: &[InputTensor<'_>],
         ctx: &RunContext<'_>,
+        device: DeviceKind,
         lane: &lanes::LaneStreams,
     ) -> Result<Vec<OutputTensor>, RuntimeError> {
         let plan = &self.program.plan;
@@ -410,9 +420,14 @@ impl Executable {
         } else {
             plan.host.run(&shapes).map_err(RuntimeError)?
         };
-        let stream = lane.stream(self.device);
-        let outputs = match compiled.slot_for(&shapes) {
-            Some(slot) => compiled.run(slot, &self.program, self.device, &arrays, host, shapes)?,
+        let stream = lane.stream(device);
+        let slot = if device == self.device {
+            compiled.slot_for(&shapes)
+        } else {
+            None
+        };
+        let outputs = match slot {
+            Some(slot) => compiled.run(slot, &self.program, device, &arrays, host, shapes)?,
             None => self.program.trace(arrays, &host, stream)?,
         };
         let mut outputs = outputs;
