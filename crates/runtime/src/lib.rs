@@ -358,17 +358,8 @@ impl Executable {
         let _run = self.gate.enter().map_err(|e| RuntimeError(e.to_string()))?;
         let mut state = self.state.lock();
         let state = &mut *state;
-        // MLX's CUDA kernels don't all handle empty tensors (some crash the process: a
-        // zero-batch cuDNN convolution, an empty Gather); a run with an empty input computes
-        // nothing worth a GPU, so it runs eagerly on the CPU stream.
-        let device = if self.device == DeviceKind::Gpu && inputs.iter().any(|t| t.dims.contains(&0))
-        {
-            DeviceKind::Cpu
-        } else {
-            self.device
-        };
-        self.lane.run(device, |lane| {
-            self.run_on_lane(state, inputs, ctx, device, lane)
+        self.lane.run(self.device, |lane| {
+            self.run_on_lane(state, inputs, ctx, lane)
         })?
     }
 
@@ -378,7 +369,6 @@ impl Executable {
         state: &mut RunState,
         inputs: &[InputTensor<'_>],
         ctx: &RunContext<'_>,
-        device: DeviceKind,
         lane: &lanes::LaneStreams,
     ) -> Result<Vec<OutputTensor>, RuntimeError> {
         let plan = &self.program.plan;
@@ -420,15 +410,29 @@ impl Executable {
         } else {
             plan.host.run(&shapes).map_err(RuntimeError)?
         };
+        // MLX's CUDA kernels don't all handle empty tensors: some crash the process (a
+        // zero-batch cuDNN convolution, an empty Gather). A GPU run with an empty input is first
+        // traced (lazily, nothing launched) on the CPU stream; when that gives an empty output,
+        // the run stays there. Runs whose empty inputs feed non-empty results (an LLM prefill
+        // with an empty KV cache) go on to the GPU.
+        let mut device = self.device;
+        let mut on_cpu = None;
+        if device == DeviceKind::Gpu && inputs.iter().any(|t| t.dims.contains(&0)) {
+            let traced = self
+                .program
+                .trace(arrays.clone(), &host, lane.stream(DeviceKind::Cpu))?;
+            if traced.iter().any(|a| a.size() == 0) {
+                device = DeviceKind::Cpu;
+                on_cpu = Some(traced);
+            }
+        }
         let stream = lane.stream(device);
-        let slot = if device == self.device {
-            compiled.slot_for(&shapes)
-        } else {
-            None
-        };
-        let outputs = match slot {
-            Some(slot) => compiled.run(slot, &self.program, device, &arrays, host, shapes)?,
-            None => self.program.trace(arrays, &host, stream)?,
+        let outputs = match (on_cpu, compiled.slot_for(&shapes)) {
+            (Some(traced), _) => traced,
+            (None, Some(slot)) => {
+                compiled.run(slot, &self.program, device, &arrays, host, shapes)?
+            }
+            (None, None) => self.program.trace(arrays, &host, stream)?,
         };
         let mut outputs = outputs;
         let status = if self.program.has_status() {
