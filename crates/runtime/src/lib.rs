@@ -16,6 +16,7 @@ pub mod kernel_cache;
 mod lanes;
 mod packed;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use initializer_pool::{InitializerKey, InitializerPool};
@@ -125,6 +126,9 @@ struct RunState {
     compiled: CompiledCache,
     /// The current generation of a decoder with a KV cache (`None` for other plans).
     decode: Option<decode::DecodeState>,
+    /// For GPU runs with an empty input, by input shapes: whether the run gives an empty
+    /// output (and so stays on the CPU stream; see `run_on_lane`).
+    empty_outputs: HashMap<Vec<Vec<i64>>, bool>,
 }
 
 /// A plan with its constants: everything a trace needs, shared with compiled closures.
@@ -316,7 +320,11 @@ impl Executable {
             // Any thread may run, one at a time: runs execute on the lane's streams, which
             // are not tied to a thread.
             gate: RunGate::with_policy(run_gate::Policy::AnyThreadSerialized),
-            state: Mutex::new(RunState { compiled, decode }),
+            state: Mutex::new(RunState {
+                compiled,
+                decode,
+                empty_outputs: HashMap::new(),
+            }),
         })
     }
 
@@ -387,7 +395,11 @@ impl Executable {
                 )));
             }
         }
-        let RunState { compiled, decode } = state;
+        let RunState {
+            compiled,
+            decode,
+            empty_outputs,
+        } = state;
         let bound = match decode {
             Some(d) => d.begin(inputs, ctx),
             None => vec![None; inputs.len()],
@@ -415,15 +427,24 @@ impl Executable {
         // traced (lazily, nothing launched) on the CPU stream; when that gives an empty output,
         // the run stays there. Runs whose empty inputs feed non-empty results (an LLM prefill
         // with an empty KV cache) go on to the GPU.
+        // The answer depends on the input shapes only, so it is remembered per shape set.
         let mut device = self.device;
         let mut on_cpu = None;
         if device == DeviceKind::Gpu && inputs.iter().any(|t| t.dims.contains(&0)) {
-            let traced = self
-                .program
-                .trace(arrays.clone(), &host, lane.stream(DeviceKind::Cpu))?;
-            if traced.iter().any(|a| a.size() == 0) {
-                device = DeviceKind::Cpu;
-                on_cpu = Some(traced);
+            let known = empty_outputs.get(&shapes).copied();
+            if known != Some(false) {
+                let traced =
+                    self.program
+                        .trace(arrays.clone(), &host, lane.stream(DeviceKind::Cpu))?;
+                let empty = traced.iter().any(|a| a.size() == 0);
+                if empty_outputs.len() >= 64 {
+                    empty_outputs.clear();
+                }
+                empty_outputs.insert(shapes.clone(), empty);
+                if empty {
+                    device = DeviceKind::Cpu;
+                    on_cpu = Some(traced);
+                }
             }
         }
         let stream = lane.stream(device);
