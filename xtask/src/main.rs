@@ -18,6 +18,7 @@ mod conformance;
 mod demo;
 mod docs;
 mod gpu_check;
+mod opset_table;
 mod ort_headers;
 mod package;
 mod setup;
@@ -66,6 +67,10 @@ commands:
                         (target/bench/llm.json; args go to tests/python/llm.py)
   gpu-check             stage .gpu/ for the NVIDIA device machine (see tests/gpu/)
   docs                  regenerate docs/operators.md from the op registry
+  gen-opset-table [--check]
+                        regenerate crates/plan/src/schema_versions.rs (every ONNX op's schema
+                        versions) from the newest onnx's schema history, in the opset-forward
+                        environment; --check fails when the committed table differs
   package [--no-check]  build the Python wheel target/wheels/onnxruntime_mlx_ep-*.whl
                         (EP + MLX + OpenBLAS bundled, relocatable), then install it into a
                         fresh environment and run a model on the MLX EP with it
@@ -94,6 +99,7 @@ fn main() -> ExitCode {
         "conformance" => conformance::Options::parse(rest).and_then(conformance::run),
         "bench" => bench::run(rest),
         "docs" => no_args(command, rest).and_then(|()| docs::run()),
+        "gen-opset-table" => opset_table::Options::parse(rest).and_then(opset_table::run),
         "package" => package::Options::parse(rest).and_then(package::run),
         "gpu-check" => no_args(command, rest).and_then(|()| gpu_check::run_check()),
         "help" | "-h" | "--help" => {
