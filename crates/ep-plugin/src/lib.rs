@@ -38,6 +38,7 @@ mod logging;
 #[cfg(test)]
 mod mock_ort;
 pub mod options;
+mod summary;
 pub mod trace;
 
 use std::ffi::c_char;
