@@ -48,6 +48,9 @@ commands:
       --no-package      skip the wheel
       --ort <version>   run pytest only against this ONNX Runtime (repeatable)
       --no-conformance  skip the conformance check against tests/conformance/manifest.tsv
+      --no-forward      skip the opset-forward stages: the schema table matches the newest
+                        onnx, and tests/python/test_opset_forward.py (with the placement
+                        summary tests) on the newest ONNX Runtime, in their own environment
   conformance [options] setup + build, then every case of ONNX's backend node suite (onnx 1.21.0)
                         through onnxruntime 1.31.1 with the MLX EP and alone on its CPU EP, each
                         case in an isolated worker; writes <target>/conformance/report.json and

@@ -151,18 +151,29 @@ fn render(text: &str) -> Result<String> {
     Ok(s)
 }
 
+/// Whether the committed table is what onnx in the opset-forward environment generates.
+pub fn check() -> Result<bool> {
+    let fresh = generate()?;
+    let committed = fs::read_to_string(table_path()).unwrap_or_default();
+    if committed == fresh {
+        println!("{TABLE_RS} is current");
+        Ok(true)
+    } else {
+        println!("{TABLE_RS} is stale: run `cargo xtask gen-opset-table`");
+        Ok(false)
+    }
+}
+
 /// `cargo xtask gen-opset-table`: (re)writes the table, or with `--check` fails when it is stale.
 pub fn run(options: Options) -> Result<()> {
-    let fresh = generate()?;
-    let path = table_path();
     if options.check {
-        let committed = fs::read_to_string(&path).unwrap_or_default();
-        if committed != fresh {
-            bail!("{TABLE_RS} is stale: run `cargo xtask gen-opset-table`");
+        if !check()? {
+            bail!("{TABLE_RS} is stale");
         }
-        println!("{TABLE_RS} is current");
         return Ok(());
     }
+    let fresh = generate()?;
+    let path = table_path();
     fs::write(&path, &fresh).with_context(|| format!("writing {}", path.display()))?;
     println!("wrote {} ({} lines)", path.display(), fresh.lines().count());
     Ok(())
