@@ -38,7 +38,8 @@ commands:
   demo                  setup + build, then run tests/python/demo.py: a small encoder through
                         ONNX Runtime with the MLX EP and with the CPU EP, side by side
   test [options] [-- <pytest args>]
-                        setup + build, cargo test --workspace, docs/operators.md current,
+                        setup + build, cargo test --workspace, docs/operators.md and the
+                        environment table of docs/usage.md current,
                         cargo doc without warnings, cargo package of the library crates,
                         pytest tests/python (with the C++ example) against every
                         pinned ONNX Runtime, then the wheel installed and run in a fresh
@@ -69,7 +70,9 @@ commands:
                         128-token prefill + 64 greedy steps, CPU EP vs MLX EP, tokens checked
                         (target/bench/llm.json; args go to tests/python/llm.py)
   gpu-check             stage .gpu/ for the NVIDIA device machine (see tests/gpu/)
-  docs                  regenerate docs/operators.md from the op registry
+  docs                  regenerate docs/operators.md from the op registry and the
+                        environment table of docs/usage.md from ENV_VARS
+                        (crates/ep-plugin/src/env_vars.rs)
   gen-opset-table [--check]
                         regenerate crates/plan/src/schema_versions.rs (every ONNX op's schema
                         versions) from the newest onnx's schema history, in the opset-forward

@@ -111,6 +111,10 @@ pub fn run(options: Options) -> Result<()> {
             passed: crate::docs::check_operators()?,
         });
         stages.push(Stage {
+            name: "docs/usage.md's environment table is current (cargo xtask docs)".into(),
+            passed: crate::docs::check_env_table()?,
+        });
+        stages.push(Stage {
             name: "cargo doc --workspace --no-deps without warnings".into(),
             passed: crate::docs::rustdoc()?,
         });
