@@ -94,7 +94,7 @@ impl SessionSummary {
                 }
             }
         }
-        counts.sort_by(|a, b| b.1.cmp(&a.1));
+        counts.sort_by_key(|c| std::cmp::Reverse(c.1));
         let top: Vec<String> = counts
             .iter()
             .take(TOP_REASONS)
