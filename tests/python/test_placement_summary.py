@@ -50,7 +50,7 @@ print(json.dumps(placement))
 SUMMARY = re.compile(r"MLXExecutionProvider: (\d+) of (\d+) nodes on MLX; top reasons: (.*)$")
 
 
-def run_child(tmp_path, model: onnx.ModelProto) -> tuple[list[re.Match], list[tuple[str, str]], str]:
+def run_child(tmp_path, model: onnx.ModelProto, extra_env: dict | None = None) -> tuple[list[re.Match], list[tuple[str, str]], str]:
     """The summary lines on the child's stderr, its placement, and the whole stderr."""
     library = os.environ.get(LIBRARY_VAR)
     if not library:
@@ -59,6 +59,7 @@ def run_child(tmp_path, model: onnx.ModelProto) -> tuple[list[re.Match], list[tu
     onnx.save(model, path)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ORTMLX_")}
     env[LIBRARY_VAR] = os.path.abspath(library)
+    env.update(extra_env or {})
     result = subprocess.run(
         [sys.executable, "-c", CHILD, str(path)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300
     )
@@ -151,3 +152,27 @@ def test_function_expansion_is_counted_after_the_second_pass(tmp_path):
     assert total - on_mlx == 1, lines[0].group(0)
     reasons = lines[0].group(3)
     assert reasons.startswith("1x Softmax") and "Swish" not in reasons and "MLXExecutionProvider" not in reasons, reasons
+
+
+@pytest.mark.skipif(ort.__version__.startswith("1.23."), reason="ONNX Runtime 1.23 allows one claiming pass per session")
+def test_second_pass_report_leaves_out_the_fused_nodes(tmp_path):
+    """With ``ORTMLX_LOG_CLAIMS=1``, the pass after Swish's inlining reports Swish's body and
+    the node given to the CPU EP, never the fused node of the first pass."""
+    model = swish_model(with_decline=True)
+    if not loads_on_cpu(model):
+        pytest.skip(f"onnxruntime {ort.__version__} does not run Swish (opset 24)")
+    claims_file = tmp_path / "claims.jsonl"
+    _, _, stderr = run_child(tmp_path, model, {"ORTMLX_LOG_CLAIMS": "1", "ORTMLX_CLAIMS_FILE": str(claims_file)})
+    lines = [line for line in stderr.splitlines() if line.startswith("[ortmlx claims] ")]
+    headers = [line for line in lines if " node(s) claimed" in line]
+    assert len(headers) == 2, lines
+    # Pass 1: Swish and the float64 Softmax declined, Relu and the Casts claimed. Pass 2: the
+    # fused node is not a node of the report; Swish's body is claimed, Softmax (now the CPU
+    # EP's) declined.
+    assert "3 of 5 node(s) claimed" in headers[0], headers
+    body = int(re.search(r"(\d+) of (\d+) node", headers[1]).group(1))
+    assert f"{body} of {body + 1} node(s) claimed" in headers[1], headers
+    assert not [line for line in lines if "MLXExecutionProvider" in line], lines
+    assert [line for line in lines if line.startswith("[ortmlx claims] decline") and "already assigned to CPUExecutionProvider" in line], lines
+    records = [json.loads(line) for line in claims_file.read_text().splitlines()]
+    assert records and not [r for r in records if r["domain"] == "MLXExecutionProvider"], records
