@@ -18,6 +18,7 @@ mod conformance;
 mod demo;
 mod docs;
 mod gpu_check;
+mod opset_table;
 mod ort_headers;
 mod package;
 mod setup;
@@ -37,7 +38,8 @@ commands:
   demo                  setup + build, then run tests/python/demo.py: a small encoder through
                         ONNX Runtime with the MLX EP and with the CPU EP, side by side
   test [options] [-- <pytest args>]
-                        setup + build, cargo test --workspace, docs/operators.md current,
+                        setup + build, cargo test --workspace, docs/operators.md and the
+                        environment table of docs/usage.md current,
                         cargo doc without warnings, cargo package of the library crates,
                         pytest tests/python (with the C++ example) against every
                         pinned ONNX Runtime, then the wheel installed and run in a fresh
@@ -47,6 +49,9 @@ commands:
       --no-package      skip the wheel
       --ort <version>   run pytest only against this ONNX Runtime (repeatable)
       --no-conformance  skip the conformance check against tests/conformance/manifest.tsv
+      --no-forward      skip the opset-forward stages: the schema table matches the newest
+                        onnx, and tests/python/test_opset_forward.py (with the placement
+                        summary tests) on the newest ONNX Runtime, in their own environment
   conformance [options] setup + build, then every case of ONNX's backend node suite (onnx 1.21.0)
                         through onnxruntime 1.31.1 with the MLX EP and alone on its CPU EP, each
                         case in an isolated worker; writes <target>/conformance/report.json and
@@ -65,7 +70,13 @@ commands:
                         128-token prefill + 64 greedy steps, CPU EP vs MLX EP, tokens checked
                         (target/bench/llm.json; args go to tests/python/llm.py)
   gpu-check             stage .gpu/ for the NVIDIA device machine (see tests/gpu/)
-  docs                  regenerate docs/operators.md from the op registry
+  docs                  regenerate docs/operators.md from the op registry and the
+                        environment table of docs/usage.md from ENV_VARS
+                        (crates/ep-plugin/src/env_vars.rs)
+  gen-opset-table [--check]
+                        regenerate crates/plan/src/schema_versions.rs (every ONNX op's schema
+                        versions) from the newest onnx's schema history, in the opset-forward
+                        environment; --check fails when the committed table differs
   package [--no-check]  build the Python wheel target/wheels/onnxruntime_mlx_ep-*.whl
                         (EP + MLX + OpenBLAS bundled, relocatable), then install it into a
                         fresh environment and run a model on the MLX EP with it
@@ -94,6 +105,7 @@ fn main() -> ExitCode {
         "conformance" => conformance::Options::parse(rest).and_then(conformance::run),
         "bench" => bench::run(rest),
         "docs" => no_args(command, rest).and_then(|()| docs::run()),
+        "gen-opset-table" => opset_table::Options::parse(rest).and_then(opset_table::run),
         "package" => package::Options::parse(rest).and_then(package::run),
         "gpu-check" => no_args(command, rest).and_then(|()| gpu_check::run_check()),
         "help" | "-h" | "--help" => {

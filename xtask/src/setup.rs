@@ -27,6 +27,15 @@ pub const LATEST_ORT: &str = "1.31.1";
 /// the backend node tests and stamps models ORT 1.31.1 accepts.
 pub const COMMON_PINS: [&str; 3] = ["onnx==1.21.0", "numpy==2.3.5", "pytest==9.2.0"];
 
+/// The newest ONNX Runtime on PyPI, in an environment of its own with the newest onnx: onnx
+/// stamps models with an `ai.onnx` opset newer than the planner's newest, which only this
+/// ORT loads. `tests/python/test_opset_forward.py` runs there (the opset-forward stage of
+/// `cargo xtask test`), and `cargo xtask gen-opset-table` reads onnx's schema history from it.
+pub const FORWARD_ORT: &str = "1.32.0";
+
+/// The other pins of the [`FORWARD_ORT`] environment: the newest onnx (it stamps opset 28).
+pub const FORWARD_PINS: [&str; 3] = ["onnx==1.23.2", "numpy==2.3.5", "pytest==9.2.0"];
+
 /// Debian packages the build needs: cmake (mlx-c), libclang (bindgen) and an optimized BLAS
 /// for MLX's CPU backend.
 const DEBIAN_PACKAGES: [&str; 3] = ["cmake", "libclang-dev", "libopenblas0-pthread"];
@@ -53,6 +62,8 @@ pub enum Scope {
 pub struct Venv {
     /// The ONNX Runtime version installed in it.
     pub ort_version: &'static str,
+    /// The other pins installed in it ([`COMMON_PINS`] or [`FORWARD_PINS`]).
+    pub pins: &'static [&'static str],
     /// Its folder.
     pub dir: PathBuf,
 }
@@ -64,8 +75,68 @@ impl Venv {
     }
 }
 
-/// Provisions everything and returns the environments in `scope`.
+/// Provisions everything and returns the environments in `scope` (with [`Scope::All`], also
+/// the opset-forward environment, which is not returned: see [`forward_venv`]).
 pub fn run(scope: Scope) -> Result<Vec<Venv>> {
+    let python = system()?;
+    let mut venvs = Vec::new();
+    let versions: Vec<&'static str> = match scope {
+        Scope::All => ORT_VERSIONS.to_vec(),
+        Scope::Only(v) => vec![v],
+        Scope::SystemOnly => Vec::new(),
+    };
+    for ort_version in versions {
+        venvs.push(provision(&python, ort_version, &COMMON_PINS, "venv-ort")?);
+    }
+    let forward = match scope {
+        Scope::All => Some(provision(
+            &python,
+            FORWARD_ORT,
+            &FORWARD_PINS,
+            "venv-forward-ort",
+        )?),
+        _ => None,
+    };
+
+    banner("setup: done");
+    for venv in venvs.iter().chain(&forward) {
+        println!(
+            "onnxruntime {:<7} {}",
+            venv.ort_version,
+            venv.python().display()
+        );
+    }
+    Ok(venvs)
+}
+
+/// The opset-forward environment ([`FORWARD_ORT`] with [`FORWARD_PINS`]), provisioned when
+/// missing or stale.
+pub fn forward_venv() -> Result<Venv> {
+    let python = system()?;
+    provision(&python, FORWARD_ORT, &FORWARD_PINS, "venv-forward-ort")
+}
+
+/// One environment in the cache folder, named `<prefix><ort_version>`.
+fn provision(
+    python: &Python,
+    ort_version: &'static str,
+    pins: &'static [&'static str],
+    prefix: &str,
+) -> Result<Venv> {
+    banner(&format!(
+        "setup: Python environment for onnxruntime {ort_version}"
+    ));
+    let venv = Venv {
+        ort_version,
+        pins,
+        dir: util::cache_root()?.join(format!("{prefix}{ort_version}")),
+    };
+    ensure_venv(python, &venv)?;
+    Ok(venv)
+}
+
+/// The interpreter and the Debian packages; creates the cache folder.
+fn system() -> Result<Python> {
     banner("setup: Python interpreter");
     let python = Python::find()?;
 
@@ -85,33 +156,7 @@ pub fn run(scope: Scope) -> Result<Vec<Venv>> {
     let cache = util::cache_root()?;
     fs::create_dir_all(&cache)
         .with_context(|| format!("creating the cache folder {}", cache.display()))?;
-    let versions: Vec<&'static str> = match scope {
-        Scope::All => ORT_VERSIONS.to_vec(),
-        Scope::Only(v) => vec![v],
-        Scope::SystemOnly => Vec::new(),
-    };
-    let mut venvs = Vec::new();
-    for ort_version in versions {
-        banner(&format!(
-            "setup: Python environment for onnxruntime {ort_version}"
-        ));
-        let venv = Venv {
-            ort_version,
-            dir: cache.join(format!("venv-ort{ort_version}")),
-        };
-        ensure_venv(&python, &venv)?;
-        venvs.push(venv);
-    }
-
-    banner("setup: done");
-    for venv in &venvs {
-        println!(
-            "onnxruntime {:<7} {}",
-            venv.ort_version,
-            venv.python().display()
-        );
-    }
-    Ok(venvs)
+    Ok(python)
 }
 
 fn venv_python(dir: &Path) -> PathBuf {
@@ -285,7 +330,7 @@ print("onnxruntime %s, onnx %s, numpy %s, pytest %s" % (ort.__version__, onnx.__
 
 fn ensure_venv(python: &Python, venv: &Venv) -> Result<()> {
     let mut pins = vec![format!("onnxruntime=={}", venv.ort_version)];
-    pins.extend(COMMON_PINS.iter().map(|p| p.to_string()));
+    pins.extend(venv.pins.iter().map(|p| p.to_string()));
     let marker_text = format!("{}\n{}\n", python.marker_line(), pins.join("\n"));
     let marker = venv.dir.join(MARKER);
 

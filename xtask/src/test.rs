@@ -21,12 +21,14 @@ pub struct Options {
     no_python: bool,
     no_package: bool,
     no_conformance: bool,
+    no_forward: bool,
     ort: Vec<&'static str>,
     pytest_args: Vec<String>,
 }
 
 impl Options {
-    /// Parses `[--no-rust] [--no-python] [--ort <version>]... [-- <pytest args>]`.
+    /// Parses `[--no-rust] [--no-python] [--no-package] [--no-conformance] [--no-forward]
+    /// [--ort <version>]... [-- <pytest args>]`.
     pub fn parse(args: &[String]) -> Result<Self> {
         let mut options = Options::default();
         let mut args = args.iter();
@@ -36,6 +38,7 @@ impl Options {
                 "--no-python" => options.no_python = true,
                 "--no-package" => options.no_package = true,
                 "--no-conformance" => options.no_conformance = true,
+                "--no-forward" => options.no_forward = true,
                 "--ort" => {
                     let Some(version) = args.next() else {
                         bail!("--ort needs a version")
@@ -108,6 +111,10 @@ pub fn run(options: Options) -> Result<()> {
             passed: crate::docs::check_operators()?,
         });
         stages.push(Stage {
+            name: "docs/usage.md's environment table is current (cargo xtask docs)".into(),
+            passed: crate::docs::check_env_table()?,
+        });
+        stages.push(Stage {
             name: "cargo doc --workspace --no-deps without warnings".into(),
             passed: crate::docs::rustdoc()?,
         });
@@ -127,7 +134,7 @@ pub fn run(options: Options) -> Result<()> {
         let passed = match &lib {
             Some(lib) => {
                 banner(&format!("test: {name}, {EP_LIBRARY_VAR}={}", lib.display()));
-                pytest(venv, lib, &options.pytest_args)?
+                pytest(venv, lib, &[], &options.pytest_args)?
             }
             None => {
                 banner(&format!(
@@ -137,6 +144,10 @@ pub fn run(options: Options) -> Result<()> {
             }
         };
         stages.push(Stage { name, passed });
+    }
+
+    if !options.no_python && !options.no_forward {
+        stages.extend(forward_stages(lib.as_deref(), &options.pytest_args)?);
     }
 
     if !options.no_conformance
@@ -190,20 +201,59 @@ pub fn run(options: Options) -> Result<()> {
     }
 }
 
-fn pytest(venv: &Venv, lib: &Path, extra: &[String]) -> Result<bool> {
+/// The files of `tests/python` the opset-forward stage runs (the rest of the suite needs the
+/// pinned onnx 1.21.0 and its backend test data).
+const FORWARD_TESTS: [&str; 2] = ["test_opset_forward.py", "test_placement_summary.py"];
+
+/// The opset-forward environment's stages: the schema table matches its onnx, and the
+/// [`FORWARD_TESTS`] pass on its ONNX Runtime with models of its onnx's default opset.
+fn forward_stages(lib: Option<&Path>, pytest_args: &[String]) -> Result<Vec<Stage>> {
+    let venv = setup::forward_venv()?;
+    let mut stages = vec![Stage {
+        name: "crates/plan/src/schema_versions.rs is current (cargo xtask gen-opset-table)".into(),
+        passed: crate::opset_table::check()?,
+    }];
+    let name = format!(
+        "pytest {} (opset-forward: onnxruntime {}, {})",
+        FORWARD_TESTS.join(" "),
+        venv.ort_version,
+        venv.pins[0]
+    );
+    let passed = match lib {
+        Some(lib) => {
+            banner(&format!("test: {name}"));
+            let dir = util::workspace_root().join("tests").join("python");
+            let files: Vec<_> = FORWARD_TESTS.iter().map(|f| dir.join(f)).collect();
+            pytest(&venv, lib, &files, pytest_args)?
+        }
+        None => false,
+    };
+    stages.push(Stage { name, passed });
+    Ok(stages)
+}
+
+/// pytest over `files` (default: all of `tests/python`) in `venv`; a selection (`-k`) that
+/// leaves nothing to run in these files passes.
+fn pytest(venv: &Venv, lib: &Path, files: &[std::path::PathBuf], extra: &[String]) -> Result<bool> {
     let root = util::workspace_root();
-    util::status(
-        Command::new(venv.python())
-            .args(["-m", "pytest", "-p", "no:cacheprovider", "-ra"])
-            .arg(root.join("tests").join("python"))
-            .args(extra)
+    let mut cmd = Command::new(venv.python());
+    cmd.args(["-m", "pytest", "-p", "no:cacheprovider", "-ra"]);
+    if files.is_empty() {
+        cmd.arg(root.join("tests").join("python"));
+    } else {
+        cmd.args(files);
+    }
+    let status = util::exit_code(
+        cmd.args(extra)
             .current_dir(&root)
             .env(EP_LIBRARY_VAR, lib)
             .env("PYTHONDONTWRITEBYTECODE", "1")
             .envs(
                 crate::ort_headers::include_dir().map(|dir| (crate::ort_headers::INCLUDE_VAR, dir)),
             ),
-    )
+    )?;
+    // pytest's exit code 5: no test collected.
+    Ok(status == Some(0) || (!files.is_empty() && status == Some(5)))
 }
 
 /// The wheel: built once, then installed into a fresh environment per ONNX Runtime and run.

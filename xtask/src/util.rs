@@ -112,6 +112,16 @@ pub fn status(cmd: &mut Command) -> Result<bool> {
     Ok(status.success())
 }
 
+/// Runs a command (echoed first) and returns its exit code (`None`: killed by a signal).
+pub fn exit_code(cmd: &mut Command) -> Result<Option<i32>> {
+    println!("$ {}", show(cmd));
+    let status = cmd
+        .stdin(Stdio::null())
+        .status()
+        .with_context(|| format!("could not start {}", cmd.get_program().to_string_lossy()))?;
+    Ok(status.code())
+}
+
 /// Runs a command quietly and returns its stdout (trimmed) when it succeeded.
 pub fn output<S: AsRef<OsStr>>(program: S, args: &[&str]) -> Option<String> {
     let out = Command::new(program)

@@ -1,12 +1,12 @@
 //! The `OrtEp` implementation: claiming nodes (`GetCapability`) and compiling fused groups.
 
 use std::collections::HashMap;
-use std::ffi::{CStr, c_char};
+use std::ffi::{CStr, c_char, c_int};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use onnx_ir::{Graph, ValueInfo};
-use ort_sys::{OrtGraph, OrtNode, OrtRunOptions, OrtStatusPtr};
+use ort_sys::{OrtGraph, OrtLogger, OrtLoggingLevel, OrtNode, OrtRunOptions, OrtStatusPtr};
 
 use crate::abi::{
     ORT_ABI_VERSION, OrtEp, OrtEpGraphSupportInfo, OrtNodeComputeInfo, OrtNodeFusionOptions,
@@ -18,6 +18,7 @@ use crate::error::{EpError, guard, guard_value};
 use crate::graph_reader::{Scope, read_graph, value_name};
 use crate::logging;
 use crate::options::EpOptions;
+use crate::summary::{NotClaimed, SessionSummary, is_own_fused_node};
 
 const NAME: &CStr = c"MLXExecutionProvider";
 
@@ -33,11 +34,18 @@ pub struct Ep {
     registry: plan::Registry,
     /// Whether some `GetCapability` call of this EP (session) claimed nodes.
     claimed: AtomicBool,
+    /// The session's logger (ORT's, from `CreateEp`; lives as long as the session), for the
+    /// placement summary. May be null.
+    logger: *const OrtLogger,
+    /// Where the session's nodes went, over all `GetCapability` passes.
+    summary: SessionSummary,
+    /// Whether the placement summary was reported (at the session's first run).
+    summary_reported: AtomicBool,
 }
 
 impl Ep {
-    /// An EP with the given options.
-    pub fn new(api: Api, options: EpOptions) -> Box<Self> {
+    /// An EP with the given options, logging through the session's `logger` (may be null).
+    pub fn new(api: Api, options: EpOptions, logger: *const OrtLogger) -> Box<Self> {
         Box::new(Ep {
             base: OrtEp {
                 ort_version_supported: ORT_ABI_VERSION,
@@ -58,6 +66,9 @@ impl Ep {
             options,
             registry: plan::Registry::default(),
             claimed: AtomicBool::new(false),
+            logger,
+            summary: SessionSummary::default(),
+            summary_reported: AtomicBool::new(false),
         })
     }
 
@@ -88,8 +99,13 @@ unsafe extern "system" fn get_name(_this: *const OrtEp) -> *const c_char {
 }
 
 /// Marks nodes that ORT already assigned to another EP so the registry declines them (they
-/// stay in the graph, so clusters remain convex around them).
-fn mark_foreign_nodes(api: &Api, graph: &mut Graph, nodes: &[*const OrtNode]) {
+/// stay in the graph, so clusters remain convex around them). Returns node name -> EP name.
+fn mark_foreign_nodes(
+    api: &Api,
+    graph: &mut Graph,
+    nodes: &[*const OrtNode],
+) -> HashMap<String, String> {
+    let mut foreign = HashMap::new();
     for (node, &handle) in graph.nodes.iter_mut().zip(nodes) {
         let mut ep: *const c_char = ptr::null();
         // SAFETY: live node handle.
@@ -102,20 +118,22 @@ fn mark_foreign_nodes(api: &Api, graph: &mut Graph, nodes: &[*const OrtNode]) {
         if !ep.is_empty() && ep != crate::options::EP_NAME {
             log::debug!("node '{}' is already assigned to {ep}", node.name);
             node.domain = FOREIGN_DOMAIN.to_string();
+            foreign.insert(node.name.clone(), ep.into_owned());
         }
     }
+    foreign
 }
 
 /// Logs the outcome of a partition: a summary at info level, every decline at debug level,
 /// and with `ORTMLX_LOG_CLAIMS=1` one line per node on stderr. `refusal` says why claimable
-/// clusters are left to ORT after all.
-fn report_claims(g: &Graph, partition: &plan::Partition, refusal: Option<&str>) {
+/// clusters are left to ORT after all; `total` counts the graph's nodes but this EP's fused
+/// nodes of earlier passes (which `partition.declines` no longer holds either).
+fn report_claims(g: &Graph, partition: &plan::Partition, refusal: Option<&str>, total: usize) {
     let claimable: usize = partition.clusters.iter().map(|c| c.nodes.len()).sum();
     let claimed = if refusal.is_some() { 0 } else { claimable };
     log::info!(
-        "GetCapability '{}': {claimed} of {} nodes claimed in {} cluster(s)",
+        "GetCapability '{}': {claimed} of {total} nodes claimed in {} cluster(s)",
         g.name,
-        g.nodes.len(),
         if refusal.is_some() {
             0
         } else {
@@ -141,9 +159,8 @@ fn report_claims(g: &Graph, partition: &plan::Partition, refusal: Option<&str>) 
         return;
     }
     logging::claim_line(&format!(
-        "graph '{}': {claimed} of {} node(s) claimed in {} cluster(s){}",
+        "graph '{}': {claimed} of {total} node(s) claimed in {} cluster(s){}",
         g.name,
-        g.nodes.len(),
         if refusal.is_some() {
             0
         } else {
@@ -175,12 +192,7 @@ fn report_claims(g: &Graph, partition: &plan::Partition, refusal: Option<&str>) 
             logging::claim_line(&line);
         }
     }
-    // Nodes this EP fused in an earlier pass show up again as ops of its own domain.
-    for d in partition
-        .declines
-        .iter()
-        .filter(|d| d.domain != crate::options::EP_NAME)
-    {
+    for d in &partition.declines {
         logging::claim_line(&format!(
             "decline {} ({}): {}",
             d.node,
@@ -233,19 +245,37 @@ unsafe extern "system" fn get_capability(
         let mut span = crate::trace::span("capability", || "GetCapability".into());
         // SAFETY: `graph` is live for this callback.
         let mut read = unsafe { read_graph(api, graph, Scope::Closed) }?;
-        mark_foreign_nodes(api, &mut read.graph, &read.nodes);
+        let foreign = mark_foreign_nodes(api, &mut read.graph, &read.nodes);
         let g = &read.graph;
         let mut partition = plan::partition_plannable(g, &ep.registry);
+        for d in &mut partition.declines {
+            if let Some(other) = foreign.get(&d.node) {
+                d.reason = format!("already assigned to {other}");
+            }
+        }
+        // Nodes this EP fused in an earlier pass (ORT partitions again after inlining
+        // functions) show up as ops of its own domain: neither nodes to claim nor declines.
+        partition.declines.retain(|d| !is_own_fused_node(&d.domain));
+        let total = g
+            .nodes
+            .iter()
+            .filter(|n| !is_own_fused_node(&n.domain))
+            .count();
         let parent = parent_op(api, graph)?;
         log::debug!("GetCapability '{}': parent node {parent:?}", g.name);
         let mut refusal = parent
             .as_deref()
             .filter(|op| !CONTROL_FLOW_OPS.contains(op))
             .map(|op| format!("the graph is the body of a {op}, which ORT inlines"));
+        // A function body's nodes are counted where ORT inlines them, not here.
+        let inlined_body = refusal.is_some();
         if refusal.is_none() && api.host_minor == 23 && !partition.clusters.is_empty() {
             refusal = ort_1_23_refusal(api, ep, graph, g, &partition)?;
         }
-        report_claims(g, &partition, refusal.as_deref());
+        report_claims(g, &partition, refusal.as_deref(), total);
+        if !inlined_body {
+            record_summary(&ep.summary, g, &partition, refusal.as_deref(), &foreign);
+        }
         if let Some(why) = &refusal
             && !partition.clusters.is_empty()
         {
@@ -299,6 +329,77 @@ unsafe extern "system" fn get_capability(
         }
         Ok(())
     })
+}
+
+/// Adds one `GetCapability` pass to the session's placement summary.
+fn record_summary(
+    summary: &SessionSummary,
+    g: &Graph,
+    partition: &plan::Partition,
+    refusal: Option<&str>,
+    foreign: &HashMap<String, String>,
+) {
+    let claimable: usize = partition.clusters.iter().map(|c| c.nodes.len()).sum();
+    let mut not_claimed: Vec<NotClaimed> = partition
+        .declines
+        .iter()
+        .map(|d| NotClaimed {
+            node: d.node.clone(),
+            reason: d.reason.clone(),
+            assigned_elsewhere: foreign.contains_key(&d.node),
+        })
+        .collect();
+    let claimed = match refusal {
+        Some(why) => {
+            for cluster in &partition.clusters {
+                not_claimed.extend(cluster.nodes.iter().map(|&i| NotClaimed {
+                    node: g.nodes[i].name.clone(),
+                    reason: why.to_string(),
+                    assigned_elsewhere: false,
+                }));
+            }
+            0
+        }
+        None => claimable,
+    };
+    summary.record(&g.name, claimed, not_claimed);
+}
+
+/// Reports the session's placement summary once, at its first run (partitioning, with its
+/// passes after function inlining, is over by then): one warning through the session's
+/// logger when some node does not run on MLX, so ORT's default level (warning) shows it.
+fn report_summary(ep: &Ep) {
+    if ep.summary_reported.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    let Some(line) = ep.summary.line() else {
+        return;
+    };
+    log_warning(&ep.api, ep.logger, &line);
+}
+
+/// Logs `message` at warning level through ORT's `logger` (null: straight to stderr).
+fn log_warning(api: &Api, logger: *const OrtLogger, message: &str) {
+    if !logger.is_null() {
+        let text = crate::api::to_cstring(message);
+        let line = c_int::try_from(line!()).unwrap_or(0);
+        // SAFETY: the session's logger outlives this EP instance; the strings live across
+        // the call.
+        let st = unsafe {
+            (api.ort.Logger_LogMessage)(
+                logger,
+                OrtLoggingLevel::ORT_LOGGING_LEVEL_WARNING,
+                text.as_ptr(),
+                c"ep.rs".as_ptr(),
+                line,
+                c"MLXExecutionProvider".as_ptr(),
+            )
+        };
+        if api.check(st, "Logger_LogMessage").is_ok() {
+            return;
+        }
+    }
+    logging::warning_line(message);
 }
 
 /// The op type of the node whose subgraph `graph` is (If/Loop/Scan body), if it is one.
@@ -615,6 +716,7 @@ unsafe extern "system" fn on_run_start(
     guard("OnRunStart", || {
         // SAFETY: ORT passes the EP it created.
         let ep = unsafe { Ep::from_ptr(this) };
+        report_summary(ep);
         let key = if run_options.is_null() {
             None
         } else {

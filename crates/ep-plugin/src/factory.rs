@@ -251,7 +251,7 @@ unsafe extern "system" fn create_ep(
     _ep_metadata_pairs: *const *const OrtKeyValuePairs,
     num_devices: usize,
     session_options: *const OrtSessionOptions,
-    _logger: *const OrtLogger,
+    logger: *const OrtLogger,
     ep: *mut *mut OrtEp,
 ) -> StatusPtr {
     guard("CreateEp", || {
@@ -301,7 +301,7 @@ unsafe extern "system" fn create_ep(
                 "the linked MLX has no GPU backend or no GPU is present"
             }
         );
-        let instance = Ep::new(api, options);
+        let instance = Ep::new(api, options, logger);
         // SAFETY: ORT's out-pointer; ORT gives it back through ReleaseEp.
         unsafe { *ep = instance.into_raw() };
         Ok(())

@@ -20,9 +20,14 @@
 //! every struct it hands over, whatever newer version the host is (ORT reads only the members
 //! that existed at the declared version). Hosts older than 1.23 get a clear error.
 //!
-//! Environment switches: `ORTMLX_LOG=error|warn|info|debug|trace` (stderr logging),
-//! `ORTMLX_LOG_CLAIMS=1` (each node's claim or decline with its reason),
+//! Environment switches: [`env_vars::ENV_VARS`] lists every one (the EP's, the build's and the
+//! tools'), and `docs/usage.md` shows that list; among them `ORTMLX_LOG=error|warn|info|debug|trace`
+//! (stderr logging), `ORTMLX_LOG_CLAIMS=1` (each node's claim or decline with its reason),
 //! `ORTMLX_TRACE=<path>` (a Chrome-trace JSON of capability, compile and compute; see [`trace`]).
+//!
+//! When fewer than all of a session's nodes run on MLX, the EP logs one warning through the
+//! session's ORT logger at its first run: `MLXExecutionProvider: N of M nodes on MLX; top
+//! reasons: ...`.
 //!
 //! EP options (session config entries `ep.mlxexecutionprovider.<key>`, see [`options`]):
 //! `device` = `cpu`|`gpu`, `compile` = `on`|`off`|`auto`, `share_initializers` = `on`|`off`.
@@ -30,6 +35,9 @@
 pub mod abi;
 pub mod api;
 mod compute;
+/// Every environment variable of the project, with who reads it and what it does: the one
+/// list `cargo xtask docs` turns into the table of `docs/usage.md`.
+pub mod env_vars;
 mod ep;
 pub mod error;
 mod factory;
@@ -38,6 +46,7 @@ mod logging;
 #[cfg(test)]
 mod mock_ort;
 pub mod options;
+mod summary;
 pub mod trace;
 
 use std::ffi::c_char;

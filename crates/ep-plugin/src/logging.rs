@@ -71,6 +71,11 @@ pub fn claim_line(line: &str) {
     let _ = writeln!(std::io::stderr().lock(), "[ortmlx claims] {line}");
 }
 
+/// Prints one warning line to stderr, for when ORT's logger is not at hand.
+pub fn warning_line(line: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "[ortmlx warn] {line}");
+}
+
 /// The file named by `ORTMLX_CLAIMS_FILE`, if set.
 pub fn claims_file() -> Option<std::path::PathBuf> {
     std::env::var_os("ORTMLX_CLAIMS_FILE")

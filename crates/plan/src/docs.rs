@@ -179,11 +179,15 @@ pub fn operators_markdown(registry: &Registry) -> String {
         out,
         "The MLX execution provider claims {} operators ({} registry entries) in {} domain(s). \
          A node is claimed only when the entry's claim predicate accepts it; a declined node \
-         stays on ONNX Runtime's CPU EP, and `ORTMLX_LOG_CLAIMS=1` prints why. Models \
-         importing an `ai.onnx` opset newer than {MAX_KNOWN_OPSET} are declined.\n",
+         stays on ONNX Runtime's CPU EP, and `ORTMLX_LOG_CLAIMS=1` prints why. In models \
+         importing an `ai.onnx` opset newer than {MAX_KNOWN_OPSET}, a node is claimed (and \
+         lowered as at opset {MAX_KNOWN_OPSET}) when its op got no new schema version since, \
+         as onnx {}'s schema history records it (`cargo xtask gen-opset-table`); ops that did \
+         change are declined.\n",
         ops.len(),
         entries.len(),
-        by_domain.len()
+        by_domain.len(),
+        crate::schema_versions::ONNX_VERSION
     );
     out.push_str(
         "Columns:\n\n\

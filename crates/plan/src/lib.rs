@@ -34,6 +34,7 @@ mod partition;
 mod plan;
 pub mod quantized;
 mod registry;
+pub mod schema_versions;
 pub mod step;
 mod verify;
 
@@ -45,7 +46,8 @@ pub use plan::{
     CompileClass, LowerCtx, NodeSpan, Plan, PlanError, PlanInput, SlotInfo, build_plan,
 };
 pub use registry::{
-    ClaimCtx, ClaimFn, Decline, EntryMeta, LowerFn, MAX_KNOWN_OPSET, OpEntry, Registry,
+    ClaimCtx, ClaimFn, Decline, EntryMeta, LowerFn, MAX_KNOWN_OPSET, OpEntry, PLANNER_OPSETS,
+    Registry, handled_opset, schema_since_versions,
 };
 pub use step::{
     ArgReduceOp, AutoPad, BinaryOp, ConvArgs, ConvSpec, CoordinateTransform, FloatSource,

@@ -8,12 +8,19 @@ use std::fmt;
 use onnx_ir::{Attribute, DataType, Graph, Node, TensorData};
 
 use crate::plan::{LowerCtx, PlanError};
+use crate::schema_versions::{DOMAIN_OPSETS, ONNX_VERSION, SINCE_VERSIONS};
 
 /// The newest `ai.onnx` opset whose op definitions this planner was checked against (onnx
 /// 1.21; versions 24-26 of the registered ops only added element types).
 ///
-/// Nodes of models importing a newer opset are declined (their op may have changed).
+/// A node of a model importing a newer opset is claimed only when its op got no new schema
+/// since (see [`handled_opset`]).
 pub const MAX_KNOWN_OPSET: i64 = 26;
+
+/// The newest opset of each ONNX domain whose op definitions this planner was checked
+/// against (onnx 1.21). Domains not listed (`com.microsoft`, ...) have no schema history in
+/// onnx: there the registered opset ranges alone decide.
+pub const PLANNER_OPSETS: &[(&str, i64)] = &[("", MAX_KNOWN_OPSET), ("ai.onnx.ml", 5)];
 
 /// Why a node is not claimed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,6 +52,58 @@ macro_rules! decline {
     ($($arg:tt)*) => {
         return Err($crate::Decline::new(format!($($arg)*)))
     };
+}
+
+/// The opsets in which `domain::op_type` got a schema, ascending, from onnx's schema history
+/// (the generated table `schema_versions.rs`); `None` when onnx has no such op.
+pub fn schema_since_versions(domain: &str, op_type: &str) -> Option<&'static [i64]> {
+    let domain = if domain == "ai.onnx" { "" } else { domain };
+    SINCE_VERSIONS
+        .binary_search_by(|(d, op, _)| (*d, *op).cmp(&(domain, op_type)))
+        .ok()
+        .map(|i| SINCE_VERSIONS[i].2)
+}
+
+/// The opset at which the planner handles a node of `domain::op_type` in a model importing
+/// `opset` of that domain, or why it can't.
+///
+/// Up to the planner's newest opset of the domain ([`PLANNER_OPSETS`]), and for domains it
+/// lists no opset for, that is `opset` itself. Above it, an opset bump changes only the ops
+/// that got a new schema version in it: when onnx's schema history shows no schema of the op
+/// in `(newest, opset]`, the schema in force at `opset` is the one in force at the planner's
+/// newest, so the node is handled (claimed and lowered) exactly as at that opset. An op that
+/// did change and an opset newer than the schema table knows are declined with the reason. An
+/// op the table lacks is not an onnx op (ONNX Runtime defines a few in the ONNX domain) and
+/// does not change with onnx's opsets.
+pub fn handled_opset(domain: &str, op_type: &str, opset: i64) -> Result<i64, Decline> {
+    let domain = if domain == "ai.onnx" { "" } else { domain };
+    let Some(&(_, known)) = PLANNER_OPSETS.iter().find(|(d, _)| *d == domain) else {
+        return Ok(opset);
+    };
+    if opset <= known {
+        return Ok(opset);
+    }
+    let name = domain_name(domain);
+    let table_newest = DOMAIN_OPSETS
+        .iter()
+        .find(|(d, _)| *d == domain)
+        .map_or(known, |&(_, v)| v);
+    if opset > table_newest {
+        decline!(
+            "{op_type}: {name} opset {opset} is newer than the newest this planner knows ({known}) \
+             and than the newest in its schema table (onnx {ONNX_VERSION}: {table_newest})"
+        );
+    }
+    // Not an onnx op: ONNX Runtime defines a few ops in the ONNX domain itself
+    // (SimplifiedLayerNormalization, ...), whose schemas don't follow onnx's opset bumps.
+    let since = schema_since_versions(domain, op_type).unwrap_or_default();
+    if let Some(changed) = since.iter().rev().find(|&&v| v > known && v <= opset) {
+        decline!(
+            "Op {op_type} got a new schema in opset {changed}, which this planner does not \
+             implement (it implements {name} up to opset {known}; the model imports {opset})"
+        );
+    }
+    Ok(known)
 }
 
 /// What a claim predicate may look at: the graph (types, ranks, initializers) and the opset.
@@ -454,7 +513,9 @@ impl Registry {
         v
     }
 
-    /// The entry for `node` at the graph's opset, or the reason there is none.
+    /// The entry for `node` at the graph's opset, or the reason there is none, with the opset
+    /// the entry handles the node at: the graph's, or the planner's newest when the graph's is
+    /// newer and the op's schema did not change since ([`handled_opset`]).
     pub fn lookup(&self, graph: &Graph, node: &Node) -> Result<(OpEntry, i64), Decline> {
         let domain = node.normalized_domain();
         let Some(entries) = self
@@ -473,12 +534,8 @@ impl Registry {
                 domain_name(domain)
             );
         };
-        if domain.is_empty() && opset > MAX_KNOWN_OPSET {
-            decline!(
-                "{}: opset {opset} is newer than the newest this planner knows ({MAX_KNOWN_OPSET})",
-                node.op_type
-            );
-        }
+        let model_opset = opset;
+        let opset = handled_opset(domain, &node.op_type, model_opset)?;
         match entries
             .iter()
             .find(|e| e.since <= opset && opset <= e.until)
@@ -489,8 +546,13 @@ impl Registry {
                     .iter()
                     .map(|e| format!("{}..={}", e.since, e.until))
                     .collect();
+                let read_as = if opset == model_opset {
+                    String::new()
+                } else {
+                    format!(" (read as {opset}: no new schema since)")
+                };
                 decline!(
-                    "{}::{} at opset {opset} is outside the supported opset range {}",
+                    "{}::{} at opset {model_opset}{read_as} is outside the supported opset range {}",
                     domain_name(domain),
                     node.op_type,
                     ranges.join(", ")
