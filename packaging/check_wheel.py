@@ -152,6 +152,16 @@ def check_registration() -> str:
     return mlx_ep.register_execution_provider_library()
 
 
+def in_build_cache(path: str) -> bool:
+    """Whether ``path`` lies in the build's cache (where the MLX SDK and mlx-c are built)."""
+    return "/.cache/ortmlx/" in path
+
+
+def in_environment(path: str) -> bool:
+    """Whether ``path`` belongs to this Python environment (which may itself live in the cache)."""
+    return os.path.realpath(path).startswith(os.path.realpath(sys.prefix) + os.sep)
+
+
 def check_installed(device: str) -> None:
     runtime_imports()
     if os.environ.get("LD_LIBRARY_PATH"):
@@ -208,7 +218,9 @@ def check_installed(device: str) -> None:
             if os.path.realpath(path) != outside[base]:
                 fail(f"{base} was loaded from {path}, expected {outside[base]}")
             loaded[base] = path
-        elif "/.cache/ortmlx/" in path or base.startswith(("libmlx", "libopenblas", "libblas-", "liblapack-", "libonnxruntime_mlx_ep")):
+        elif (in_build_cache(path) and not in_environment(path)) or base.startswith(
+            ("libmlx", "libopenblas", "libblas-", "liblapack-", "libonnxruntime_mlx_ep")
+        ):
             if not (build != "cpu" and "mlx_cuda_13.libs" in path):
                 fail(f"{path} is mapped: MLX, BLAS or the EP from outside the package")
     for prefix in expected + tuple(outside):
@@ -354,8 +366,8 @@ def check_static(wheel: Path, mlx_wheel: Path | None) -> None:
         # the module picks the build; without mlx-cuda-13 the CUDA build says what is missing
         probe = (
             "import json, onnxruntime_mlx_ep as m\n"
-            "out = {'build': m.get_build()}\n"
-            "try:\n    out['library'] = m.get_library_path()\n"
+            "out = {}\n"
+            "try:\n    out['build'] = m.get_build()\n    out['library'] = m.get_library_path()\n"
             "except Exception as e:\n    out['error'] = f'{type(e).__name__}: {e}'\n"
         )
         register_code = (
@@ -365,8 +377,10 @@ def check_static(wheel: Path, mlx_wheel: Path | None) -> None:
             "    except Exception as e:\n        out['register_error'] = f'{type(e).__name__}: {e}'\n"
         )
 
-        def probe_module(register: bool = False) -> dict:
+        def probe_module(register: bool = False, build: str | None = None) -> dict:
             env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "ORTMLX_EP_BUILD")}
+            if build:
+                env["ORTMLX_EP_BUILD"] = build
             env["PYTHONPATH"] = str(site)
             env["PYTHONNOUSERSITE"] = "1"
             code = probe + (register_code if register else "") + "print(json.dumps(out))\n"
@@ -379,6 +393,11 @@ def check_static(wheel: Path, mlx_wheel: Path | None) -> None:
         build_dir = site / "onnxruntime_mlx_ep" / ("cuda13" if cuda else "")
         if got.get("build") != ("cuda13" if cuda else "cpu") or Path(got.get("library", "")).resolve() != (build_dir / "libonnxruntime_mlx_ep.so").resolve():
             fail(f"the unpacked module chose {got}, expected the library in {build_dir}")
+        # asking for the build that is not installed names the distribution to install
+        other, other_dist = ("cpu", "onnxruntime-mlx-ep") if cuda else ("cuda13", "onnxruntime-mlx-ep-cuda13")
+        got = probe_module(build=other)
+        if "FileNotFoundError" not in got.get("error", "") or other_dist not in got.get("error", ""):
+            fail(f"ORTMLX_EP_BUILD={other} without that build should name {other_dist}, got {got}")
         missing_error = load_error = None
         if cuda:
             import shutil
