@@ -131,13 +131,19 @@ fn run_cuda(options: Options) -> Result<()> {
     banner("package --cuda: done");
     let size = fs::metadata(&wheel).map(|m| m.len()).unwrap_or(0);
     let name = wheel.file_name().unwrap_or_default().to_string_lossy();
+    let pins = COMMON_PINS
+        .iter()
+        .filter(|p| !p.starts_with("pytest"))
+        .copied()
+        .collect::<Vec<_>>()
+        .join(" ");
     println!(
         "{} ({:.1} MiB; MLX comes from {}=={}, a declared dependency)\n\
          To test it on a machine with an NVIDIA GPU (driver for CUDA 13) and Python >= 3.11, copy the\n\
          wheel and packaging/check_wheel.py there, then:\n\
-         \x20 python3 -m venv venv && venv/bin/pip install onnxruntime=={LATEST_ORT} numpy onnx ./{name}\n\
+         \x20 python3 -m venv venv && venv/bin/pip install onnxruntime=={LATEST_ORT} {pins} ./{name}\n\
          \x20 venv/bin/python -I check_wheel.py --device gpu\n\
-         (pip pulls mlx-cuda-13 and NVIDIA's CUDA 13 wheels, about 3 GB; the check runs a model on MLX's GPU\n\
+         (pip pulls mlx-cuda-13 and NVIDIA's CUDA 13 wheels, a few GB; the check runs a model on MLX's GPU\n\
          stream, asserts every node ran on MLXExecutionProvider and that libmlx was loaded from mlx-cuda-13)",
         wheel.display(),
         size as f64 / (1024.0 * 1024.0),
