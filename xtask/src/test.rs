@@ -4,6 +4,7 @@
 
 use std::path::Path;
 use std::process::Command;
+use std::time::Instant;
 
 use anyhow::{Result, bail};
 
@@ -256,29 +257,48 @@ fn pytest(venv: &Venv, lib: &Path, files: &[std::path::PathBuf], extra: &[String
     Ok(status == Some(0) || (!files.is_empty() && status == Some(5)))
 }
 
-/// The wheel: built once, then installed into a fresh environment per ONNX Runtime and run.
+/// The wheels: the CPU wheel built once, checked statically and installed into a fresh
+/// environment under the newest pinned ONNX Runtime, then the ONNX Runtime matrix
+/// ([`crate::matrix`]); the CUDA wheel built and checked statically (metadata, run paths,
+/// libmlx resolved from the `mlx-cuda-13` wheel unpacked next to it; no GPU needed).
 fn package_stages(lib: Option<&Path>, venvs: &[Venv]) -> Vec<Stage> {
+    use crate::package::{self, Flavor};
+
     let mut stages = Vec::new();
-    let wheel = match lib.map(crate::package::build_wheel) {
+    let started = Instant::now();
+    let report = |what: &str, err: anyhow::Error| {
+        eprintln!("{what} failed: {err:#}");
+        false
+    };
+    let build = |flavor: Flavor| match lib.map(|lib| package::build_wheel(lib, flavor)) {
         Some(Ok(wheel)) => Some(wheel),
         Some(Err(err)) => {
-            eprintln!("building the wheel failed: {err:#}");
+            report("building the wheel", err);
             None
         }
         None => None,
     };
+    // The wheel needs onnxruntime >= 1.23.1: 1.23.0 is covered by pytest, not by the wheel.
+    let latest = venvs
+        .iter()
+        .find(|v| v.ort_version == setup::LATEST_ORT)
+        .unwrap_or(&venvs[0]);
+    let wheel = build(Flavor::Cpu);
     stages.push(Stage {
-        name: "cargo xtask package: the wheel builds, relocatable".into(),
+        name: "cargo xtask package: the CPU wheel builds, relocatable".into(),
         passed: wheel.is_some(),
     });
-    for venv in venvs {
-        let passed = match &wheel {
-            Some(wheel) => crate::package::check_wheel(wheel, venv).unwrap_or_else(|err| {
-                eprintln!("checking the wheel failed: {err:#}");
-                false
-            }),
-            None => false,
-        };
+    stages.push(Stage {
+        name: "CPU wheel: metadata, run paths, libraries resolved (check_wheel.py --static)".into(),
+        passed: wheel.as_ref().is_some_and(|w| {
+            package::static_check(w, Flavor::Cpu, latest)
+                .unwrap_or_else(|e| report("the static check", e))
+        }),
+    });
+    for venv in venvs.iter().filter(|v| v.ort_version != "1.23.0") {
+        let passed = wheel.as_ref().is_some_and(|w| {
+            package::check_wheel(w, venv).unwrap_or_else(|e| report("checking the wheel", e))
+        });
         stages.push(Stage {
             name: format!(
                 "wheel installed in a fresh environment runs on MLX (onnxruntime {})",
@@ -287,5 +307,40 @@ fn package_stages(lib: Option<&Path>, venvs: &[Venv]) -> Vec<Stage> {
             passed,
         });
     }
+    let cpu_secs = started.elapsed().as_secs_f64();
+
+    let started = Instant::now();
+    let cuda = build(Flavor::Cuda13);
+    let passed = cuda.as_ref().is_some_and(|w| {
+        package::static_check(w, Flavor::Cuda13, latest)
+            .unwrap_or_else(|e| report("the static check", e))
+    });
+    stages.push(Stage {
+        name: format!(
+            "cargo xtask package --cuda: the CUDA 13 wheel builds; metadata, run paths, libmlx from mlx-cuda-13 resolved ({:.0} s)",
+            started.elapsed().as_secs_f64()
+        ),
+        passed,
+    });
+
+    let started = Instant::now();
+    match &wheel {
+        Some(wheel) => {
+            for outcome in crate::matrix::run(wheel) {
+                stages.push(Stage {
+                    name: outcome.name,
+                    passed: outcome.passed,
+                });
+            }
+        }
+        None => stages.push(Stage {
+            name: "ONNX Runtime matrix of the wheel: skipped, the wheel did not build".into(),
+            passed: false,
+        }),
+    }
+    println!(
+        "package stages: CPU wheel + checks {cpu_secs:.0} s, ONNX Runtime matrix {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
     stages
 }

@@ -183,7 +183,15 @@ unsafe extern "system" fn get_supported_devices(
             DeviceKind::Gpu => "gpu",
         };
         // ORT adds the EP version (from GetVersion) itself and refuses metadata that has one.
-        let metadata = key_values(api, &[("mlx_device", kind_name)]);
+        // The registration name lets a caller that finds the devices (the Python package)
+        // unregister the library even when someone else registered it.
+        let metadata = key_values(
+            api,
+            &[
+                ("mlx_device", kind_name),
+                ("registration_name", factory.registered_name.as_str()),
+            ],
+        );
         let mut n = 0usize;
         let mut result = Ok(());
         for &i in chosen.iter().take(max_ep_devices) {
