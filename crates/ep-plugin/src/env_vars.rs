@@ -141,6 +141,38 @@ pub const ENV_VARS: &[EnvVar] = &[
                   TF32: faster, about 1e-3 relative error)",
     },
     EnvVar {
+        name: "ORTMLX_LANE_WORKERS",
+        scope: EnvScope::Library,
+        read_by: "ortmlx-runtime",
+        meaning: "`1`: CPU runs too go through the lanes' worker threads (GPU runs always do: \
+                  each GPU lane's streams live on a thread of their own); for tests and \
+                  measurements",
+    },
+    EnvVar {
+        name: "ORTMLX_KERNEL_CACHE_DIR",
+        scope: EnvScope::Library,
+        read_by: "ortmlx-runtime",
+        meaning: "folder for MLX's compiled CUDA kernels, or `off` (default \
+                  `$XDG_CACHE_HOME/onnxruntime-mlx-ep/mlx-<version>/ptx`, else under \
+                  `~/.cache`); the EP option `kernel_cache_dir` wins over it, MLX's own \
+                  `MLX_PTX_CACHE_DIR` over both. Fixed once per process",
+    },
+    EnvVar {
+        name: "MLX_PTX_CACHE_DIR",
+        scope: EnvScope::Library,
+        read_by: "ortmlx-runtime (sets it)",
+        meaning: "MLX's own kernel cache folder. When you set it, the EP leaves it alone; \
+                  otherwise the EP sets it from `kernel_cache_dir` / `ORTMLX_KERNEL_CACHE_DIR` / \
+                  the default (empty for `off`)",
+    },
+    EnvVar {
+        name: "ORTMLX_EP_BUILD",
+        scope: EnvScope::Library,
+        read_by: "onnxruntime_mlx_ep (Python package)",
+        meaning: "`cpu|cuda13`: which installed build `get_library_path()` returns (default: the \
+                  CUDA build when its wheel is installed, else the CPU one)",
+    },
+    EnvVar {
         name: "ORTMLX_CACHE_DIR",
         scope: EnvScope::Build,
         read_by: "ortmlx-sys build script, xtask",
@@ -192,6 +224,13 @@ pub const ENV_VARS: &[EnvVar] = &[
         scope: EnvScope::Tools,
         read_by: "tests/python",
         meaning: "session cycles of the RSS leak test (default 1000)",
+    },
+    EnvVar {
+        name: "ORTMLX_LEAK_GPU_MEMORY",
+        scope: EnvScope::Tools,
+        read_by: "tests/python/leak_loop.py",
+        meaning: "`1`: the leak loop also samples the process's GPU memory (nvidia-smi) and \
+                  `test_leaks.py` bounds its growth (set by `tests/gpu/device_run.sh`)",
     },
     EnvVar {
         name: "ORTMLX_VALGRIND_CYCLES",
