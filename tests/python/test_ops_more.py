@@ -1048,3 +1048,27 @@ def test_lstm_long_sequence_on_mlx():
     """A static seq_length over the old unroll limit (512)."""
     model, feeds = recurrent_model("LSTM", 600, 2, 3, 4, direction="bidirectional", lens=[600, 301], initial=True)
     check_against_cpu(model, feeds, ["LSTM"], rtol=1e-3, atol=1e-4)
+
+
+NAN_ROWS = np.array(
+    [
+        [np.nan, 1.0, -np.inf, 5.0],
+        [np.inf, np.nan, 0.0, 2.0],
+        [-1.0, 2.0, np.nan, 2.0],
+        [np.nan, np.nan, np.nan, np.nan],
+        [-np.inf, np.nan, -np.inf, np.nan],
+        [3.0, -2.0, 3.0, -2.0],
+    ],
+    np.float32,
+)
+
+
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("axis,keepdims", [(1, 0), (-1, 1), (0, 0), (0, 1)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_arg_reduce_with_nan_follows_the_cpu_ep(mlx_ep, op, axis, keepdims, dtype):
+    """ORT's CPU rule on every device: a NaN never wins unless it is the row's first element
+    (MLX's CUDA argmax differs); ties give the first index."""
+    x = NAN_ROWS.astype(dtype)
+    m = node_model(op, {"X": x}, attrs={"axis": axis, "keepdims": keepdims})
+    check_against_cpu(m, {"X": x}, [op], rtol=0, atol=0)

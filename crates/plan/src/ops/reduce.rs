@@ -245,14 +245,24 @@ fn lower_arg(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     } else {
         x0
     };
-    let idx = ctx.temp(DataType::Uint32);
-    ctx.push(Step::ArgReduce {
-        op,
-        x,
-        axis: axis as i32,
-        keepdims,
-        out: idx,
-    });
+    let dt = ctx.input_dtype(node, 0)?;
+    let floats = matches!(
+        dt,
+        DataType::Float | DataType::Float16 | DataType::BFloat16 | DataType::Double
+    );
+    let idx = if floats && !last {
+        lower_nan_rule(ctx, op, x, dt, axis, keepdims)?
+    } else {
+        let idx = ctx.temp(DataType::Uint32);
+        ctx.push(Step::ArgReduce {
+            op,
+            x,
+            axis: axis as i32,
+            keepdims,
+            out: idx,
+        });
+        idx
+    };
     let mut out = ctx.cast(idx, DataType::Uint32, DataType::Int64);
     if last {
         let n = ctx.temp(DataType::Int64);
@@ -267,6 +277,76 @@ fn lower_arg(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
         out = ctx.binary(crate::step::BinaryOp::Subtract, n1, out, DataType::Int64);
     }
     ctx.finish(node, 0, out, DataType::Int64)
+}
+
+/// ArgMax/ArgMin over floats with ORT's CPU rule for NaN, which scans each row keeping the
+/// first element and replacing it only on a strictly greater (smaller) value: a NaN never
+/// wins, except a NaN in the first position, which nothing replaces. MLX's kernels differ by
+/// device (its CUDA argmax lets a later value replace a leading NaN), so the rule is spelled
+/// out: NaNs become -inf (+inf for ArgMin) before the reduction, then rows whose first
+/// element is NaN give 0.
+fn lower_nan_rule(
+    ctx: &mut LowerCtx,
+    op: ArgReduceOp,
+    x: Slot,
+    dt: DataType,
+    axis: i64,
+    keepdims: bool,
+) -> Result<Slot, PlanError> {
+    let isnan = ctx.unary(U::IsNan, x, DataType::Bool);
+    let fill = match op {
+        ArgReduceOp::ArgMax => f64::NEG_INFINITY,
+        ArgReduceOp::ArgMin => f64::INFINITY,
+    };
+    let fill = ctx.scalar(dt, fill)?;
+    let cleaned = ctx.temp(dt);
+    ctx.push(Step::Where {
+        cond: isnan,
+        x: fill,
+        y: x,
+        out: cleaned,
+    });
+    let idx = ctx.temp(DataType::Uint32);
+    ctx.push(Step::ArgReduce {
+        op,
+        x: cleaned,
+        axis: axis as i32,
+        keepdims,
+        out: idx,
+    });
+    let first = ctx.temp(DataType::Bool);
+    ctx.push(Step::Slice {
+        x: isnan,
+        spec: crate::step::SliceSpec {
+            starts: ShapeSource::Static(vec![0]),
+            ends: ShapeSource::Static(vec![1]),
+            axes: Some(ShapeSource::Static(vec![axis])),
+            steps: None,
+        },
+        out: first,
+    });
+    let first = if keepdims {
+        first
+    } else {
+        let squeezed = ctx.temp(DataType::Bool);
+        ctx.push(Step::Reshape {
+            x: first,
+            target: crate::step::ReshapeTarget::Squeeze {
+                axes: Some(ShapeSource::Static(vec![axis])),
+            },
+            out: squeezed,
+        });
+        squeezed
+    };
+    let zero = ctx.scalar(DataType::Uint32, 0.0)?;
+    let out = ctx.temp(DataType::Uint32);
+    ctx.push(Step::Where {
+        cond: first,
+        x: zero,
+        y: idx,
+        out,
+    });
+    Ok(out)
 }
 
 fn claim_cumsum(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
