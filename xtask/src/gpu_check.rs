@@ -19,6 +19,54 @@ use crate::util::{banner, cache_root, cargo, run, workspace_root};
 /// Largest part carried by one device call (the limit is 64 MiB with the tree itself).
 const PART_BYTES: u64 = 40 * 1024 * 1024;
 
+/// Stages `.gpu/wheel/` for `tests/gpu/device_wheel.sh`: the pinned `mlx-cuda-13` wheel split
+/// in two parts and the CUDA wheel of the EP (`cargo xtask package --cuda`).
+pub fn stage_wheel() -> Result<()> {
+    let root = workspace_root();
+    let cache = cache_root()?;
+    banner("gpu-check --wheel: the pinned mlx-cuda-13 wheel and the EP's CUDA wheel");
+    let mlx = mlx_wheel::cuda_wheel(&cache)?;
+    let lib = crate::build::run()?;
+    let ours = crate::package::build_wheel(&lib, crate::package::Flavor::Cuda13)?;
+    let dir = root.join(".gpu/wheel");
+    fs::remove_dir_all(&dir).ok();
+    fs::create_dir_all(&dir)?;
+    let half = fs::metadata(&mlx)?.len().div_ceil(2);
+    let status = Command::new("split")
+        .args(["-b", &half.to_string()])
+        .arg(&mlx)
+        .arg(dir.join("mlx-wheel.part-"))
+        .status()?;
+    if !status.success() {
+        bail!("split failed");
+    }
+    let name = ours.file_name().context("wheel without a file name")?;
+    fs::copy(&ours, dir.join(name))?;
+    exclude_gpu_folder(&root)?;
+    println!(
+        "\nRun on the device machine, two calls back to back on one warm machine:\n\
+         1. carry [\".gpu/wheel/mlx-wheel.part-aa\"]: mkdir -p /tmp/ortmlx-stage && cp .gpu/wheel/mlx-wheel.part-aa /tmp/ortmlx-stage/\n\
+         2. carry [\".gpu/wheel/mlx-wheel.part-ab\", \".gpu/wheel/{}\"]: bash tests/gpu/device_wheel.sh [pytest args]",
+        name.to_string_lossy()
+    );
+    Ok(())
+}
+
+/// Lists `.gpu/` in the repository's exclude file, so staged files never reach a commit.
+fn exclude_gpu_folder(root: &Path) -> Result<()> {
+    let git_path = Command::new("git")
+        .args(["rev-parse", "--git-path", "info/exclude"])
+        .current_dir(root)
+        .output()
+        .context("running git")?;
+    let exclude = root.join(String::from_utf8_lossy(&git_path.stdout).trim());
+    let listed = fs::read_to_string(&exclude).unwrap_or_default();
+    if !listed.lines().any(|l| l.trim() == "/.gpu/") {
+        fs::write(&exclude, format!("{listed}/.gpu/\n"))?;
+    }
+    Ok(())
+}
+
 /// Stages `.gpu/`: the split CUDA libmlx and a bundle with the plugin, libmlxc and the wheel's
 /// bundled BLAS.
 pub fn run_check() -> Result<()> {
@@ -110,16 +158,7 @@ pub fn run_check() -> Result<()> {
         .arg(&bundle)
         .arg("."))?;
     fs::remove_dir_all(&bundle)?;
-    let git_path = Command::new("git")
-        .args(["rev-parse", "--git-path", "info/exclude"])
-        .current_dir(&root)
-        .output()
-        .context("running git")?;
-    let exclude = root.join(String::from_utf8_lossy(&git_path.stdout).trim());
-    let listed = fs::read_to_string(&exclude).unwrap_or_default();
-    if !listed.lines().any(|l| l.trim() == "/.gpu/") {
-        fs::write(&exclude, format!("{listed}/.gpu/\n"))?;
-    }
+    exclude_gpu_folder(&root)?;
     for entry in fs::read_dir(&gpu)? {
         let entry = entry?;
         println!(

@@ -73,7 +73,9 @@ commands:
   bench llm [-- args]   Llama-style decoders (GQA, RoPE, RMSNorm; float32 and 4-bit MatMulNBits):
                         128-token prefill + 64 greedy steps, CPU EP vs MLX EP, tokens checked
                         (target/bench/llm.json; args go to tests/python/llm.py)
-  gpu-check             stage .gpu/ for the NVIDIA device machine (see tests/gpu/)
+  gpu-check [--wheel]   stage .gpu/ for the NVIDIA device machine (see tests/gpu/); --wheel
+                        stages the EP's CUDA wheel and the pinned mlx-cuda-13 wheel instead,
+                        for tests/gpu/device_wheel.sh
   docs                  regenerate docs/operators.md from the op registry and the
                         environment table of docs/usage.md from ENV_VARS
                         (crates/ep-plugin/src/env_vars.rs)
@@ -115,7 +117,13 @@ fn main() -> ExitCode {
         "docs" => no_args(command, rest).and_then(|()| docs::run()),
         "gen-opset-table" => opset_table::Options::parse(rest).and_then(opset_table::run),
         "package" => package::Options::parse(rest).and_then(package::run),
-        "gpu-check" => no_args(command, rest).and_then(|()| gpu_check::run_check()),
+        "gpu-check" => match rest {
+            [] => gpu_check::run_check(),
+            [flag] if flag == "--wheel" => gpu_check::stage_wheel(),
+            _ => Err(anyhow::anyhow!(
+                "`gpu-check` takes only `--wheel`; see `cargo xtask help`"
+            )),
+        },
         "help" | "-h" | "--help" => {
             print!("{USAGE}");
             Ok(())
