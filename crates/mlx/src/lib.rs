@@ -89,6 +89,14 @@ pub fn memory_stats() -> Result<MemoryStats> {
     Ok(stats)
 }
 
+/// MLX's memory limit in bytes (process-wide; see [`set_memory_limit`]).
+pub fn memory_limit() -> Result<usize> {
+    let mut limit = 0;
+    // SAFETY: plain getter writing into the out-pointer.
+    check(unsafe { mlx_sys::mlx_get_memory_limit(&mut limit) })?;
+    Ok(limit)
+}
+
 /// Sets MLX's memory limit (process-wide): past it, the allocator frees its cache before it
 /// allocates more. Returns the previous limit.
 pub fn set_memory_limit(bytes: usize) -> Result<usize> {

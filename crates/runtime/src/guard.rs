@@ -22,7 +22,7 @@
 use std::sync::OnceLock;
 
 use mlx::{Array, Dtype, Stream, ops};
-use plan::{BinaryOp, Plan, Step};
+use plan::{BinaryOp, Plan, Slot, Step};
 
 use crate::RuntimeError;
 
@@ -75,6 +75,53 @@ pub(crate) fn check_size(a: &Array) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// The bytes a trace's live step results hold at once, following the plan's release schedule:
+/// an estimate of the run's peak memory, checked against MLX's memory limit (95% of the GPU's
+/// memory on CUDA, 80% of RAM on the CPU; the EP option `memory_limit` sets it). A run that
+/// would need more fails before anything is evaluated, instead of exhausting the device (on
+/// CUDA, MLX's managed memory would oversubscribe the GPU), and the session stays usable.
+pub(crate) struct WorkingSet {
+    bytes: Vec<u64>,
+    live: u64,
+    limit: u64,
+}
+
+impl WorkingSet {
+    /// An empty working set for a plan of `num_slots` slots.
+    pub(crate) fn new(num_slots: usize) -> WorkingSet {
+        let limit = mlx::memory_limit().map_or(u64::MAX, |l| l as u64);
+        WorkingSet {
+            bytes: vec![0; num_slots],
+            live: 0,
+            limit: if limit == 0 { u64::MAX } else { limit },
+        }
+    }
+
+    /// Counts the result `a` held in `slot`; fails when the live results exceed the limit.
+    pub(crate) fn add(&mut self, slot: Slot, a: &Array) -> Result<(), String> {
+        let bytes = (a.size() as u64).saturating_mul(a.dtype().size() as u64);
+        let Some(held) = self.bytes.get_mut(slot.index()) else {
+            return Ok(());
+        };
+        self.live = self.live.saturating_sub(*held).saturating_add(bytes);
+        *held = bytes;
+        if self.live > self.limit {
+            return Err(format!(
+                "this run would hold about {} bytes of intermediate results at once, more than MLX's memory limit of {} bytes (the EP option memory_limit); use smaller inputs",
+                self.live, self.limit
+            ));
+        }
+        Ok(())
+    }
+
+    /// Forgets the result held in `slot` (its last reader has run).
+    pub(crate) fn release(&mut self, slot: Slot) {
+        if let Some(held) = self.bytes.get_mut(slot.index()) {
+            self.live = self.live.saturating_sub(std::mem::take(held));
+        }
+    }
 }
 
 /// True when running `step` may raise a status flag (see the module docs). A superset is

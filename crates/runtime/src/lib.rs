@@ -191,16 +191,19 @@ impl Program {
         for (slot, value) in host {
             slots.set_host(*slot, value.clone())?;
         }
+        let mut working_set = guard::WorkingSet::new(self.plan.num_slots);
         for (i, (step, release)) in self.plan.steps.iter().zip(&self.release_after).enumerate() {
             slots.flags.step = i;
             interpreter::execute(step, &mut slots, s).map_err(|e| self.at_step(i, e))?;
             for out in step.outputs() {
                 if let Ok(a) = slots.get(out) {
                     guard::check_size(a).map_err(|e| self.at_step(i, e))?;
+                    working_set.add(out, a).map_err(|e| self.at_step(i, e))?;
                 }
             }
             for r in release {
                 slots.clear(*r);
+                working_set.release(*r);
             }
         }
         let flags = std::mem::take(&mut slots.flags);
