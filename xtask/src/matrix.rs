@@ -66,22 +66,8 @@ fn ensure_env(ort_version: &str) -> Result<(PathBuf, PathBuf)> {
         fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
     }
     util::run(Command::new(&python).args(["-m", "venv"]).arg(&dir))?;
-    util::run(
-        Command::new(&env_python)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--no-input",
-                "--disable-pip-version-check",
-                "--isolated",
-                "--no-index",
-                "--find-links",
-            ])
-            .arg(&wheelhouse)
-            .args(&pins),
-    )
-    .with_context(|| format!("installing {} with --no-index", pins.join(" ")))?;
+    crate::package::pip_install_offline(&env_python, &wheelhouse, &pins)
+        .with_context(|| format!("installing {} with --no-index", pins.join(" ")))?;
     fs::write(&marker, marker_text)?;
     Ok((env_python, wheelhouse))
 }

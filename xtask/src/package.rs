@@ -387,28 +387,34 @@ pub fn check_wheel(wheel: &Path, venv: &Venv) -> Result<bool> {
             .arg(&env_dir),
     )?;
     let python = env_dir.join("bin").join("python");
+    let mut packages = pins.clone();
+    packages.push(wheel.display().to_string());
+    pip_install_offline(&python, &wheelhouse, &packages)
+        .context("installing the wheel with --no-index")?;
+    let script = util::workspace_root()
+        .join("packaging")
+        .join("check_wheel.py");
+    run_scrubbed(&python, &env_dir.join("home"), &script, &[])
+}
+
+/// `pip install` into the environment of `python` from `wheelhouse` alone: no index, no pip
+/// configuration or `PIP_*` variables.
+pub fn pip_install_offline(python: &Path, wheelhouse: &Path, packages: &[String]) -> Result<()> {
     util::run(
-        Command::new(&python)
+        Command::new(python)
             .args([
                 "-m",
                 "pip",
                 "install",
                 "--no-input",
                 "--disable-pip-version-check",
-                // no pip configuration or PIP_* variables: only the wheelhouse and the wheel
                 "--isolated",
                 "--no-index",
                 "--find-links",
             ])
-            .arg(&wheelhouse)
-            .args(&pins)
-            .arg(wheel),
+            .arg(wheelhouse)
+            .args(packages),
     )
-    .context("installing the wheel with --no-index")?;
-    let script = util::workspace_root()
-        .join("packaging")
-        .join("check_wheel.py");
-    run_scrubbed(&python, &env_dir.join("home"), &script, &[])
 }
 
 /// The library crates that are usable on their own, in dependency order.
