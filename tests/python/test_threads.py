@@ -178,6 +178,53 @@ def test_foreign_thread_runs_give_correct_results(mode):
         np.testing.assert_allclose(results[i], expected[i], rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_one_session_run_from_eight_threads_at_once(mode):
+    """ORT >= 1.24 asks the EP whether Run may be called concurrently (it says yes: each fused
+    node's runs wait for each other); 8 threads then call one session at the same time and
+    every result is the single-threaded one."""
+    model = mlp_model(seed=11)
+    session = make_session(model, mlx=True, record_placement=False, ep_options=MODES[mode])
+    session.disable_fallback()
+    runs = max(4, RUNS // 20)
+    expected = reference(model, 8, runs)
+    start = threading.Barrier(8)
+    results: dict[tuple[int, int], np.ndarray] = {}
+
+    def work(t):
+        start.wait()
+        for r in range(runs):
+            results[(t, r)] = session.run(None, feeds_for(t, r))[0]
+
+    run_threads(work, 8)
+    for t in range(8):
+        for r in range(runs):
+            np.testing.assert_allclose(results[(t, r)], expected[t][r], rtol=1e-6, atol=1e-7)
+
+
+def test_the_ep_declares_concurrent_runs_supported():
+    """ORT >= 1.24 asks through `OrtEp::IsConcurrentRunSupported`; the answer comes from the run
+    gate's policy (read in the EP's debug log of a child process)."""
+    import subprocess
+    import sys
+
+    import onnxruntime as ort
+
+    code = (
+        "import os, onnxruntime as ort, numpy as np; import test_threads as t; import conftest;"
+        "s = conftest.make_session(t.mlp_model(), mlx=True, record_placement=False);"
+        "s.run(None, t.feeds_for(0, 0))"
+    )
+    env = dict(os.environ, ORTMLX_LOG="debug")
+    done = subprocess.run([sys.executable, "-c", code], cwd=os.path.dirname(os.path.abspath(__file__)), env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    asked = [line for line in done.stderr.splitlines() if "IsConcurrentRunSupported" in line]
+    if tuple(int(p) for p in ort.__version__.split(".")[:2]) < (1, 24):
+        assert not asked, "ORT before 1.24 has no IsConcurrentRunSupported hook"
+    else:
+        assert asked and asked[0].endswith("IsConcurrentRunSupported: true"), done.stderr[-2000:]
+
+
 def _os_threads() -> int | None:
     try:
         with open("/proc/self/status") as f:

@@ -1,10 +1,11 @@
 //! The plugin-EP ABI structs of ONNX Runtime 1.23 (`onnxruntime_ep_c_api.h`).
 //!
 //! `ort-sys` declares these types opaque, so they are defined here, member for member in the
-//! order of ORT 1.23's header (each member's `\since` comment there says 1.22 or 1.23). ORT
-//! reads only the members that existed at the version an implementation declares in
-//! `ort_version_supported`, so these structs must end exactly where 1.23's do: declaring a
-//! higher version with these shapes makes ORT read past the end (measured: segfault on 1.31).
+//! order of ORT 1.23's header (each member's `\since` comment there says 1.22 or 1.23), except
+//! `OrtEp`, which has 1.24's two more members and declares 1.24 ([`ORT_EP_VERSION`]). ORT reads
+//! only the members that existed at the version an implementation declares in
+//! `ort_version_supported`, so each struct must end exactly where that version's does: declaring
+//! a higher version than the shape makes ORT read past the end (measured: segfault on 1.31).
 //!
 //! Function pointers that ORT treats as optional (it checks them for null before calling) are
 //! `Option`s; the rest are plain function pointers so they can't be left null by mistake.
@@ -305,7 +306,22 @@ pub struct OrtEp {
     pub GetCompiledModelCompatibilityInfo: Option<
         unsafe extern "system" fn(this_ptr: *mut OrtEp, graph: *const OrtGraph) -> *const c_char,
     >,
+    /// Kernel registry of a kernel-based EP; optional, null for a compiling EP (1.24).
+    pub GetKernelRegistry: Option<
+        unsafe extern "system" fn(
+            this_ptr: *mut OrtEp,
+            kernel_registry: *mut *const c_void,
+        ) -> StatusPtr,
+    >,
+    /// Whether ORT may call `Run` on a session concurrently; optional, null means yes (1.24).
+    pub IsConcurrentRunSupported: Option<
+        unsafe extern "system" fn(this_ptr: *mut OrtEp, is_supported: *mut bool) -> StatusPtr,
+    >,
 }
+
+/// The version `OrtEp` declares: its shape is 1.24's (1.23's plus `GetKernelRegistry` and
+/// `IsConcurrentRunSupported`); ORT 1.23 reads only the members it knows.
+pub const ORT_EP_VERSION: u32 = 24;
 
 /// `OrtEpFactory` as of 1.23: creates EPs for the devices it supports.
 #[repr(C)]
@@ -421,7 +437,7 @@ mod tests {
     }
 
     #[test]
-    fn ep_layout_matches_1_23() {
+    fn ep_layout_matches_1_24() {
         assert_eq!(offset_of!(OrtEp, GetName), slot(0));
         assert_eq!(offset_of!(OrtEp, GetCapability), slot(1));
         assert_eq!(offset_of!(OrtEp, Compile), slot(2));
@@ -437,7 +453,9 @@ mod tests {
             offset_of!(OrtEp, GetCompiledModelCompatibilityInfo),
             slot(11)
         );
-        assert_eq!(size_of::<OrtEp>(), slot(12));
+        assert_eq!(offset_of!(OrtEp, GetKernelRegistry), slot(12));
+        assert_eq!(offset_of!(OrtEp, IsConcurrentRunSupported), slot(13));
+        assert_eq!(size_of::<OrtEp>(), slot(14));
     }
 
     #[test]

@@ -9,8 +9,8 @@ use onnx_ir::{Graph, ValueInfo};
 use ort_sys::{OrtGraph, OrtLogger, OrtLoggingLevel, OrtNode, OrtRunOptions, OrtStatusPtr};
 
 use crate::abi::{
-    ORT_ABI_VERSION, OrtEp, OrtEpGraphSupportInfo, OrtNodeComputeInfo, OrtNodeFusionOptions,
-    StatusPtr,
+    ORT_ABI_VERSION, ORT_EP_VERSION, OrtEp, OrtEpGraphSupportInfo, OrtNodeComputeInfo,
+    OrtNodeFusionOptions, StatusPtr,
 };
 use crate::api::Api;
 use crate::compute::ComputeInfo;
@@ -48,7 +48,7 @@ impl Ep {
     pub fn new(api: Api, options: EpOptions, logger: *const OrtLogger) -> Box<Self> {
         Box::new(Ep {
             base: OrtEp {
-                ort_version_supported: ORT_ABI_VERSION,
+                ort_version_supported: ORT_EP_VERSION,
                 GetName: get_name,
                 GetCapability: get_capability,
                 Compile: compile,
@@ -61,6 +61,8 @@ impl Ep {
                 CreateAllocator: None,
                 CreateSyncStreamForDevice: None,
                 GetCompiledModelCompatibilityInfo: None,
+                GetKernelRegistry: None,
+                IsConcurrentRunSupported: Some(is_concurrent_run_supported),
             },
             api,
             options,
@@ -742,6 +744,24 @@ unsafe extern "system" fn on_run_end(
 ) -> StatusPtr {
     guard("OnRunEnd", || {
         crate::compute::set_generation_key(None);
+        Ok(())
+    })
+}
+
+/// ORT >= 1.24 asks whether `Run` may be called on a session concurrently: yes when the run
+/// gate lets callers on several threads in (each fused node's runs then wait for each other).
+unsafe extern "system" fn is_concurrent_run_supported(
+    _this: *mut OrtEp,
+    is_supported: *mut bool,
+) -> StatusPtr {
+    guard("IsConcurrentRunSupported", || {
+        if is_supported.is_null() {
+            return Err(EpError::new("null is_supported out-pointer"));
+        }
+        let supported = runtime::RUN_POLICY.allows_concurrent_callers();
+        log::debug!("IsConcurrentRunSupported: {supported}");
+        // SAFETY: ORT's out-pointer, checked above.
+        unsafe { *is_supported = supported };
         Ok(())
     })
 }

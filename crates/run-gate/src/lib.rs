@@ -48,6 +48,17 @@ pub enum Policy {
     AnyThreadSerialized,
 }
 
+impl Policy {
+    /// Whether callers on several threads may call at the same time and all succeed (runs
+    /// then wait for each other); under [`Policy::FirstThreadOwns`] all but the owner fail.
+    pub fn allows_concurrent_callers(self) -> bool {
+        match self {
+            Policy::FirstThreadOwns => false,
+            Policy::AnyThreadSerialized => true,
+        }
+    }
+}
+
 /// A thread, identified for error messages: its id and, if it has one, its name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ThreadLabel {

@@ -232,6 +232,10 @@ impl Program {
     }
 }
 
+/// How an [`Executable`] admits runs: from any thread, one at a time (runs execute on the
+/// lane's streams, which are not tied to the calling thread).
+pub const RUN_POLICY: run_gate::Policy = run_gate::Policy::AnyThreadSerialized;
+
 /// One runnable plan (a fused ORT node).
 pub struct Executable {
     program: Arc<Program>,
@@ -322,7 +326,7 @@ impl Executable {
             lane: lanes::assign(),
             // Any thread may run, one at a time: runs execute on the lane's streams, which
             // are not tied to a thread.
-            gate: RunGate::with_policy(run_gate::Policy::AnyThreadSerialized),
+            gate: RunGate::with_policy(RUN_POLICY),
             state: Mutex::new(RunState {
                 compiled,
                 decode,
