@@ -20,6 +20,16 @@ its own) or ``<!-- onnxruntime>=X.Y -->`` and the installed ONNX Runtime is olde
 ``<!-- new-process -->`` starts a new process and namespace: it is an alternative to the blocks
 before it (registering a self-built library instead of using the wheel's module), not a sequel.
 
+``check_snippets.py --cpp-recipe [--seed FILE ...] docs/usage.md`` runs the C/C++ recipe
+instead: each ```` ```sh ```` block after ``<!-- cpp-recipe: PATH -->`` runs verbatim with
+``bash -e`` in a fresh folder that holds the C++ source ``PATH`` (relative to the document), a
+small float32 model as ``model.onnx`` and the ``--seed`` files (the cached downloads, so the
+recipe skips fetching them), with this environment's ``bin`` first on ``PATH`` (as if
+activated). The program must print the model's output as ``ran model.onnx on
+MLXExecutionProvider: y = ...`` (the C++ example disables the CPU fallback, so that line means
+every node ran on MLX), matching numpy. With seeds given, the recipe must not fetch another
+``.deb`` than those (the pins of the cache and of the recipe agree).
+
 Exits non-zero with the reason when a block raises or a check fails.
 """
 
@@ -28,6 +38,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -51,13 +62,13 @@ class Block:
     marker: str  # the HTML comment before the fence, or ""
 
 
-def blocks(path: str) -> list[Block]:
-    """The ```python blocks of a markdown file."""
+def blocks(path: str, language: str = "python") -> list[Block]:
+    """The ```<language> blocks of a markdown file."""
     found = []
     lines = open(path, encoding="utf-8").read().splitlines()
     i = 0
     while i < len(lines):
-        if lines[i].strip() == "```python":
+        if lines[i].strip() == "```" + language:
             start = i
             j = i + 1
             while j < len(lines) and lines[j].strip() != "```":
@@ -221,6 +232,86 @@ def child(mode: str, doc: str, group: int, tmp: str) -> None:
 
 
 # --------------------------------------------------------------------------------------
+# the C/C++ recipe
+
+CPP_MARKER = "cpp-recipe:"
+CPP_OUTPUT = re.compile(r"^ran model\.onnx on MLXExecutionProvider: (\S+) =((?: \S+)+)$", re.M)
+
+
+def cpp_recipes(doc: str) -> list[tuple[Block, str]]:
+    """The ```sh blocks marked ``<!-- cpp-recipe: PATH -->`` and the C++ source each builds."""
+    found = []
+    for block in blocks(doc, "sh"):
+        body = block.marker[4:-3].strip()
+        if body.startswith(CPP_MARKER):
+            source = os.path.join(os.path.dirname(os.path.abspath(doc)), body[len(CPP_MARKER) :].strip())
+            found.append((block, source))
+    return found
+
+
+def run_cpp_recipe(block: Block, source: str, seeds: list[str]) -> str:
+    """Runs one recipe block verbatim in a fresh folder; returns what it printed, checked."""
+    import numpy as np
+
+    if not os.path.isfile(source):
+        raise SystemExit(f"check_snippets: {block.doc}:{block.line}: the marker names {source}, which does not exist")
+    with tempfile.TemporaryDirectory(prefix="ortmlx-cpp-recipe-") as tmp:
+        shutil.copy(source, tmp)
+        for seed in seeds:
+            shutil.copy(seed, tmp)
+        reference = make_model(os.path.join(tmp, "model.onnx"))
+        env = dict(os.environ)
+        env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "/usr/bin:/bin")
+        env["VIRTUAL_ENV"] = sys.prefix
+        out = subprocess.run(["bash", "-e", "-c", block.code], cwd=tmp, env=env, capture_output=True, text=True, timeout=900)
+        where = f"{block.doc}:{block.line}"
+        if out.returncode != 0:
+            raise SystemExit(f"check_snippets: the C/C++ recipe at {where} exited with {out.returncode}:\n{out.stdout[-4000:]}\n{out.stderr[-6000:]}")
+        if seeds:
+            seeded = {os.path.basename(s) for s in seeds}
+            fetched = sorted(f for f in os.listdir(tmp) if f.endswith(".deb") and f not in seeded)
+            if fetched:
+                raise SystemExit(
+                    f"check_snippets: the C/C++ recipe at {where} fetched {fetched}, while the cache holds {sorted(seeded)}: "
+                    "the recipe and xtask/src/ort_headers.rs pin different files"
+                )
+    match = CPP_OUTPUT.search(out.stdout)
+    if not match:
+        raise SystemExit(f"check_snippets: the C/C++ recipe at {where} printed no 'ran model.onnx on MLXExecutionProvider' line:\n{out.stdout}\n{out.stderr[-4000:]}")
+    name, values = match.group(1), [float(v) for v in match.group(2).split() if v != "..."]
+    expected = reference(np.ones((4, 16), np.float32)).ravel()[: len(values)]
+    if name != "y" or len(values) != 8:
+        raise SystemExit(f"check_snippets: the C/C++ recipe at {where} printed {match.group(0)!r}, expected 8 values of y")
+    # The program prints with %g (6 significant digits).
+    np.testing.assert_allclose(values, expected, rtol=2e-5, atol=1e-6, err_msg=f"the C/C++ recipe at {where}")
+    return match.group(0)
+
+
+def cpp_main(args: list[str]) -> None:
+    seeds: list[str] = []
+    docs: list[str] = []
+    while args:
+        arg = args.pop(0)
+        if arg == "--seed":
+            if not args:
+                raise SystemExit("check_snippets: --seed needs a file")
+            seeds.append(os.path.abspath(args.pop(0)))
+        else:
+            docs.append(arg)
+    if not docs:
+        raise SystemExit("usage: check_snippets.py --cpp-recipe [--seed FILE ...] docs/usage.md [more.md ...]")
+    import onnxruntime as ort
+
+    print(f"check_snippets: C/C++ recipe, onnxruntime {ort.__version__}")
+    recipes = [r for doc in docs for r in cpp_recipes(doc)]
+    if not recipes:
+        raise SystemExit(f"check_snippets: no ```sh block marked <!-- {CPP_MARKER} ... --> in {', '.join(docs)}")
+    for block, source in recipes:
+        line = run_cpp_recipe(block, source, seeds)
+        print(f"PASS  {block.doc}:{block.line}: the C/C++ recipe built {os.path.basename(source)} and ran it: {line}")
+
+
+# --------------------------------------------------------------------------------------
 
 
 def main() -> None:
@@ -228,6 +319,9 @@ def main() -> None:
         _, _, mode, doc, group = sys.argv
         with tempfile.TemporaryDirectory(prefix="ortmlx-snippets-") as tmp:
             child(mode, doc, int(group), tmp)
+        return
+    if len(sys.argv) >= 2 and sys.argv[1] == "--cpp-recipe":
+        cpp_main(sys.argv[2:])
         return
     docs = sys.argv[1:]
     if not docs:

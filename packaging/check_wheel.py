@@ -4,8 +4,10 @@
 ``--static WHEEL [--mlx-wheel MLX_WHEEL]`` (any Python >= 3.9 with binutils; no GPU needed):
 
 1. the metadata: name, ``Requires-Dist`` (``onnxruntime>=1.23.1``; the CUDA wheel also the exact
-   ``mlx-cuda-13`` pin of ``--mlx-wheel``), ``Project-URL``, the manylinux tag (the CUDA wheel's
-   is at least its MLX wheel's);
+   ``mlx-cuda-13`` pin of ``--mlx-wheel``), ``Project-URL`` (present, each ``Label, URL`` with an
+   http(s) URL; any host: it comes from the workspace's ``repository``, and a placeholder on the
+   reserved ``.invalid`` domain is reported, not failed), the manylinux tag (the CUDA wheel's is
+   at least its MLX wheel's);
 2. the wheel (and the MLX wheel's ``mlx/lib``) unpacked into a temporary ``site-packages``: each
    shared library of the package has only ``$ORIGIN``-relative RUNPATHs, no RPATH, NEEDED
    entries that are bundled, base libraries or ``libmlx.so`` (CUDA wheel), and ``ldd`` resolves
@@ -40,6 +42,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import urllib.parse
 import zipfile
 from pathlib import Path
 
@@ -316,8 +319,19 @@ def check_static(wheel: Path, mlx_wheel: Path | None) -> None:
             fail(f"tag {tag} promises an older glibc than its MLX wheel's {mlx_tag}")
     if sorted(requires) != sorted(want):
         fail(f"Requires-Dist {requires}, expected {want}")
-    if not headers.get("Project-URL"):
+    project_urls = headers.get("Project-URL", [])
+    if not project_urls:
         fail("no Project-URL in the metadata")
+    placeholders = []
+    for entry in project_urls:
+        label, sep, url = entry.partition(",")
+        parsed = urllib.parse.urlparse(url.strip())
+        if not sep or not label.strip() or parsed.scheme not in ("http", "https") or not parsed.hostname:
+            fail(f"Project-URL {entry!r}: expected 'Label, http(s)://host/...'")
+        if parsed.hostname.endswith(".invalid"):
+            placeholders.append(label.strip())
+    if placeholders:
+        print(f"note: the Project-URLs {', '.join(placeholders)} are placeholders (the workspace's `repository` in Cargo.toml)")
     if not headers.get("Requires-Python"):
         fail("no Requires-Python in the metadata")
 

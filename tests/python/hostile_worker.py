@@ -53,6 +53,15 @@ def node_names(data: bytes) -> list[str]:
     return names
 
 
+# Folders of the machine that built the EP and MLX; none may show in an error message.
+BUILD_PATHS = [
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),  # the checkout
+    os.path.join(os.path.expanduser("~"), ".cache", "ortmlx"),  # MLX, mlx-c (xtask's cache)
+    "/.cargo/registry/",
+    "/mlx/c/",  # mlx-c's source tree
+]
+
+
 def check_clear(case: Case, err: BaseException, where: str) -> str:
     """Fails unless ``err`` is a clear error; returns its one-line summary."""
     msg = str(err).strip()
@@ -62,6 +71,9 @@ def check_clear(case: Case, err: BaseException, where: str) -> str:
         wanted = list(case.names) if case.names else node_names(case.model)
         if wanted and not any(n in msg for n in wanted):
             raise Failure(f"{where}: the MLX EP's error names no node of the model ({wanted[:5]}): {msg[:400]}")
+        leaked = [p for p in BUILD_PATHS if p in msg]
+        if leaked:
+            raise Failure(f"{where}: the MLX EP's error shows a build folder ({leaked[0]}): {msg[:400]}")
     return msg.splitlines()[0][:300]
 
 

@@ -4,7 +4,9 @@ model with every node on MLX (the example disables the CPU fallback, so a node l
 EP fails it; a control model with a string Cast proves that).
 
 The header comes from ``ORTMLX_ORT_INCLUDE`` (``cargo xtask test`` provisions it from Debian's
-``libonnxruntime-dev``); without it, or without ``g++``, the test is skipped."""
+``libonnxruntime-dev`` 1.23.2, the file the recipe of ``docs/usage.md`` fetches); without it, or
+without ``g++``, the test is skipped. The recipe itself, with the installed wheels, runs in the
+wheel matrix (``packaging/check_snippets.py --cpp-recipe``)."""
 
 from __future__ import annotations
 

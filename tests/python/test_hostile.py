@@ -197,3 +197,38 @@ def test_failed_run_keeps_the_session_on_mlx():
         np.testing.assert_array_equal(session.run(None, good)[0], np.maximum(x.reshape(3, 2), 0))
     if HAS_ASSIGNMENT_INFO:
         assert_all_on_mlx(session)
+
+
+def test_mlx_errors_name_no_build_machine_path():
+    """An error raised inside MLX (a broadcast of incompatible run-time shapes) reaches the
+    caller with MLX's message and short source locations, never a folder of the machine that
+    built mlx-c or the EP (mlx-c appends `` at <absolute source path>:<line>``)."""
+    import re
+
+    import numpy as np
+    from onnx import TensorProto as T
+    from onnx import helper
+
+    from conftest import make_session
+    from hostile_worker import BUILD_PATHS
+
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["X", "Y"], ["Z"], name="bad_Add")],
+        "broadcast",
+        [helper.make_tensor_value_info("X", T.FLOAT, ["a", "b"]), helper.make_tensor_value_info("Y", T.FLOAT, ["c", "d"])],
+        [helper.make_tensor_value_info("Z", T.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    session = make_session(model.SerializeToString(), mlx=True)
+    with pytest.raises(Exception) as failure:
+        session.run(None, {"X": np.ones((2, 3), np.float32), "Y": np.ones((4, 5), np.float32)})
+    message = str(failure.value)
+    assert "[broadcast_shapes]" in message, f"not MLX's own error: {message}"
+    assert "bad_Add" in message, message
+    absolute = re.findall(r"(?<![\w.])/(?:[\w.+-]+/)+[\w.+-]+", message)
+    assert not absolute, f"the error shows absolute paths {absolute}: {message}"
+    for path in BUILD_PATHS + ["/root/", "/home/"]:
+        assert path not in message, f"the error shows {path}: {message}"
+    # The locations that remain are short: mlx-c's file name and the EP's crate-relative file.
+    assert re.search(r" at \w+\.cpp:\d+", message), message

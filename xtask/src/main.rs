@@ -47,7 +47,8 @@ commands:
                         pinned ONNX Runtime, then the wheels: the CPU wheel installed and run
                         in a fresh environment, then with onnxruntime 1.23.1, 1.24.4, 1.25.1 and
                         1.32.0 (cached environments) with every Python snippet of README.md and
-                        docs/usage.md; the CUDA wheel built and checked statically
+                        docs/usage.md and its C/C++ recipe run verbatim; the CUDA wheel built
+                        and checked statically
       --no-rust         skip cargo test --workspace, the docs checks and cargo package
       --no-python       skip the pytest suites and the wheel
       --no-package      skip the wheel

@@ -10,7 +10,14 @@
 //!   libraries loaded from the wheel;
 //! * `packaging/check_snippets.py README.md docs/usage.md`: the README's first Python snippet
 //!   verbatim (only the model path substituted) with every node asserted on MLX, then every
-//!   Python snippet of both documents in order.
+//!   Python snippet of both documents in order;
+//! * `packaging/check_snippets.py --cpp-recipe docs/usage.md`: the C/C++ recipe (the ```` ```sh ````
+//!   block marked `<!-- cpp-recipe: ... -->`) run verbatim in a fresh folder with that
+//!   environment first on `PATH`: it fetches the C API header, compiles
+//!   `docs/examples/cpp/mlx_ep_example.cpp` against the onnxruntime wheel's library and runs a
+//!   model with the wheel's EP library, every node on MLX. The pinned `.deb` it fetches is
+//!   provisioned once into the cache ([`crate::ort_headers`]) and handed to it, so later runs
+//!   are offline.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -116,7 +123,7 @@ pub fn run(wheel: &Path) -> Vec<Outcome> {
         banner(&format!(
             "matrix: the wheel with onnxruntime {ort_version}: check_wheel.py, README/usage snippets"
         ));
-        let result = (|| -> Result<bool> {
+        let result = (|| -> Result<(bool, PathBuf, PathBuf)> {
             let (python, wheelhouse) = ensure_env(ort_version)?;
             install_wheel(&python, &wheelhouse, wheel)?;
             let home = util::target_dir()
@@ -127,18 +134,65 @@ pub fn run(wheel: &Path) -> Vec<Outcome> {
             let docs = [readme.to_string_lossy(), usage.to_string_lossy()];
             let docs: Vec<&str> = docs.iter().map(|d| d.as_ref()).collect();
             let snippets_ok = package::run_scrubbed(&python, &home, &snippets, &docs)?;
-            Ok(checked && snippets_ok)
+            Ok((checked && snippets_ok, python, home))
         })();
-        let passed = result.unwrap_or_else(|err| {
-            eprintln!("matrix onnxruntime {ort_version}: {err:#}");
-            false
-        });
+        let (passed, env) = match result {
+            Ok((passed, python, home)) => (passed, Some((python, home))),
+            Err(err) => {
+                eprintln!("matrix onnxruntime {ort_version}: {err:#}");
+                (false, None)
+            }
+        };
         outcomes.push(Outcome {
             name: format!(
                 "wheel + README/usage snippets on MLX with onnxruntime {ort_version} (cached environment)"
             ),
             passed,
         });
+        outcomes.push(cpp_recipe(ort_version, env.as_ref(), &snippets, &usage));
     }
     outcomes
+}
+
+/// The C/C++ recipe of `docs/usage.md`, run verbatim in the environment of one matrix entry
+/// (`None`: that environment could not be set up).
+fn cpp_recipe(
+    ort_version: &str,
+    env: Option<&(PathBuf, PathBuf)>,
+    snippets: &Path,
+    usage: &Path,
+) -> Outcome {
+    let name = format!(
+        "docs/usage.md's C/C++ recipe verbatim: header, link to the wheel's libonnxruntime, every node on MLX (onnxruntime {ort_version})"
+    );
+    banner(&format!("matrix: {name}"));
+    let Some((python, home)) = env else {
+        return Outcome {
+            name: format!("{name}: skipped, no environment"),
+            passed: false,
+        };
+    };
+    let result = (|| -> Result<bool> {
+        let mut args = vec!["--cpp-recipe".to_string()];
+        match crate::ort_headers::ensure(python)? {
+            Some(_) => {
+                let deb = crate::ort_headers::deb_path()
+                    .context("the headers are cached but their .deb is not")?;
+                args.push("--seed".into());
+                args.push(deb.to_string_lossy().into_owned());
+            }
+            // The recipe fetches the file itself; without a Debian mirror it fails, and says why.
+            None => println!("the pinned .deb is not cached: the recipe fetches it itself"),
+        }
+        args.push(usage.to_string_lossy().into_owned());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        package::run_scrubbed(python, home, snippets, &args)
+    })();
+    Outcome {
+        name,
+        passed: result.unwrap_or_else(|err| {
+            eprintln!("C/C++ recipe with onnxruntime {ort_version}: {err:#}");
+            false
+        }),
+    }
 }

@@ -126,7 +126,7 @@ pub fn run(options: Options) -> Result<()> {
     }
 
     if let Some(venv) = venvs.first()
-        && let Err(err) = crate::ort_headers::ensure(venv)
+        && let Err(err) = crate::ort_headers::ensure(&venv.python())
     {
         println!("ONNX Runtime headers: {err:#}; the C++ example will not be compiled");
     }

@@ -1,13 +1,17 @@
 // Runs an ONNX model on the MLX execution provider through ONNX Runtime's C API (>= 1.23).
 //
-//   g++ -std=c++17 mlx_ep_example.cpp -I<onnxruntime include dir> -L<dir of libonnxruntime.so>
-//       -lonnxruntime -o mlx_ep_example
+//   g++ -std=c++17 mlx_ep_example.cpp -I<onnxruntime include dir> <libonnxruntime.so.1> -o mlx_ep_example
 //   ./mlx_ep_example <libonnxruntime_mlx_ep.so> <model.onnx>
+//
+// docs/usage.md ("Building it with the pip wheels") has the complete recipe with the pip
+// wheels: where the header comes from, and how to link against the onnxruntime wheel's
+// libonnxruntime.so.1.N.M.
 //
 // The model must take one float32 input; the example feeds ones of the input's shape (symbolic
 // dimensions become 1) and prints the first output's first values. `session.disable_cpu_ep_fallback`
 // makes session creation fail when any node would run on ONNX Runtime's CPU EP instead of MLX.
-// `cargo xtask test` compiles and runs it against the onnxruntime wheel's libonnxruntime.so.
+// `cargo xtask test` runs that recipe against each onnxruntime wheel of its matrix, and compiles
+// and runs the example against each pinned onnxruntime with the EP built from source.
 
 #include <onnxruntime_c_api.h>
 
