@@ -109,6 +109,7 @@ impl Host<'_> {
         } else {
             ops::astype(a, dtype, &cpu).map_err(|e| e.to_string())?
         };
+        crate::stats::note_host_read();
         a.to_vec::<T>().map_err(|e| e.to_string())
     }
 }
