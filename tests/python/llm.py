@@ -294,7 +294,23 @@ def _sessions(model: onnx.ModelProto, library: str, threads: int | None, ep_opti
     return cpu, mlx, placement
 
 
-def bench_one(cfg: LlamaConfig, library: str, prefill: int, steps: int, repeats: int, threads: int | None, ep_options=None) -> dict:
+def _ep_runs(cursor, session_runs: int) -> dict | None:
+    """The MLX EP's run counters since the last call (see trace_stats.py), per session run."""
+    if cursor is None:
+        return None
+    s = cursor.since_last()
+    if not s or not session_runs:
+        return None
+    return {
+        "session_runs": session_runs,
+        "paths": s["paths"],
+        "fused_nodes": s["fused_nodes"],
+        "host_syncs_per_run": s["host_syncs"] / session_runs,
+        "host_reads_per_run": s["host_reads"] / session_runs,
+    }
+
+
+def bench_one(cfg: LlamaConfig, library: str, prefill: int, steps: int, repeats: int, threads: int | None, ep_options=None, cursor=None) -> dict:
     model = build_llama(cfg)
     cpu, mlx, placement = _sessions(model, library, threads, ep_options)
     prompt = prompt_ids(cfg, prefill)
@@ -316,6 +332,12 @@ def bench_one(cfg: LlamaConfig, library: str, prefill: int, steps: int, repeats:
             "decode_tok_s": len(best.decode_s) / decode_time if decode_time else 0.0,
             "decode_ms_per_token": 1000 * decode_time / max(len(best.decode_s), 1),
         }
+    # Release the MLX session: the EP writes its trace then (ORTMLX_TRACE), with the counters.
+    del mlx, session
+    import gc
+
+    gc.collect()
+    result["mlx"]["ep_runs"] = _ep_runs(cursor, 3 + repeats * max(steps, 1))  # warm-up: 3 runs
     a, b = runs["cpu"], runs["mlx"]
     diffs = [float(np.max(np.abs(x - y))) for x, y in zip(a.logits, b.logits)]
     scale = max(float(np.max(np.abs(x))) for x in a.logits)
@@ -349,12 +371,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     known = {"tiny": TINY, "tiny-int4": TINY.quantized(4), "larger": LARGER, "larger-int4": LARGER.quantized(4)}
     results = []
     ok = True
+    cursor = None
+    if os.environ.get("ORTMLX_TRACE"):
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from trace_stats import TraceCursor
+
+        cursor = TraceCursor(os.environ["ORTMLX_TRACE"].replace("%p", str(os.getpid())))
     header = f"{'model':<14}{'EP':<5}{'prefill tok/s':>15}{'decode tok/s':>14}{'ms/token':>10}"
     for name in args.models.split(","):
         cfg = known[name.strip()]
         t0 = time.perf_counter()
         ep_options = dict(o.split("=", 1) for o in args.ep_option)
-        r = bench_one(cfg, args.library, args.prefill, args.steps, args.repeats, args.threads or None, ep_options)
+        r = bench_one(cfg, args.library, args.prefill, args.steps, args.repeats, args.threads or None, ep_options, cursor)
         r["ep_options"] = ep_options
         r["bench_s"] = time.perf_counter() - t0
         results.append(r)
@@ -371,6 +399,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"(scale {r['logits_scale']:.1f}); nodes {r['placement']}",
             flush=True,
         )
+        ep_runs = r["mlx"].get("ep_runs")
+        if ep_runs:
+            print(
+                f"{'':<14}mlx EP runs: paths {ep_runs['paths']}, {ep_runs['fused_nodes']} fused node(s), "
+                f"host syncs {ep_runs['host_syncs_per_run']:.2f}/run, host reads {ep_runs['host_reads_per_run']:.2f}/run",
+                flush=True,
+            )
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     summary = {
         "prefill_tokens": args.prefill,

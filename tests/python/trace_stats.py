@@ -82,3 +82,24 @@ def summary(trace: dict) -> dict:
         "host_reads": sum(n.host_reads for n in nodes.values()),
         "nodes": {name: n.as_dict() for name, n in nodes.items()},
     }
+
+
+class TraceCursor:
+    """Reads the counters of the runs traced since the previous call (the trace file only grows
+    within a process; it is rewritten whenever an EP is released)."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = path
+        self.seen = 0
+
+    def since_last(self) -> dict | None:
+        """The :func:`summary` of the compute events added since the last call, or ``None`` when
+        there is no trace file (``ORTMLX_TRACE`` unset, or nothing released yet)."""
+        try:
+            trace = read_trace(self.path)
+        except (OSError, ValueError):
+            return None
+        events = sorted((e for e in trace.get("traceEvents", []) if e.get("ph") == "X" and e.get("cat") == "compute"), key=lambda e: e["ts"])
+        new = events[self.seen :]
+        self.seen = len(events)
+        return summary({"traceEvents": new})
