@@ -10,9 +10,38 @@ pub fn run(args: &[String]) -> Result<()> {
     match args.first().map(String::as_str) {
         Some("gemm") => gemm(),
         Some("llm") => crate::bench_llm::run(&args[1..]),
-        Some(other) => bail!("unknown benchmark `{other}`; known: gemm, llm"),
-        None => bail!("usage: cargo xtask bench <gemm|llm>"),
+        Some("overhead") => overhead(&args[1..]),
+        Some(other) => bail!("unknown benchmark `{other}`; known: gemm, llm, overhead"),
+        None => bail!("usage: cargo xtask bench <gemm|llm|overhead>"),
     }
+}
+
+/// The EP's own cost per run: the runtime's `Executable` (the EP minus ORT's shell) against
+/// the same computation written directly against the `mlx` crate, eager and compiled, in one
+/// process (`crates/runtime/examples/overhead_bench.rs`). Extra arguments go to the bench:
+/// `--device gpu`, `--budget-ms <ms per variant>`, `--only <workload,...>`.
+fn overhead(args: &[String]) -> Result<()> {
+    setup::run(Scope::SystemOnly)?;
+    let out = target_dir().join("bench").join("overhead.json");
+    banner(
+        "bench overhead: the EP's runtime vs the same MLX calls written directly (1 node, encoder layer, 6-layer encoder, Llama decode step)",
+    );
+    run_cmd(
+        cargo()
+            .args([
+                "run",
+                "--release",
+                "--quiet",
+                "-p",
+                "ortmlx-runtime",
+                "--example",
+                "overhead_bench",
+                "--",
+                "--out",
+            ])
+            .arg(&out)
+            .args(args),
+    )
 }
 
 /// A 1024^3 float32 matmul through the `mlx` crate against the system BLAS, in one process.
