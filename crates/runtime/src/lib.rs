@@ -234,7 +234,7 @@ impl Program {
 }
 
 /// How many compile blockers the executable's info log names.
-const MAX_BLOCKERS_LOGGED: usize = 3;
+const MAX_BLOCKERS_LOGGED: usize = 4;
 
 /// One runnable plan (a fused ORT node).
 pub struct Executable {
@@ -315,15 +315,23 @@ impl Executable {
             if compile { "on" } else { "off" }
         );
         if log::log_enabled!(log::Level::Info) {
+            // What keeps the plan eager first (host reads), then what makes it shape-keyed.
             let blockers = program.plan.compile_blockers();
-            for b in blockers.iter().take(MAX_BLOCKERS_LOGGED) {
-                log::info!("  not shapeless: {b}");
-            }
-            if blockers.len() > MAX_BLOCKERS_LOGGED {
-                log::info!(
-                    "  not shapeless: ... {} more",
-                    blockers.len() - MAX_BLOCKERS_LOGGED
-                );
+            for class in [plan::CompileClass::Eager, plan::CompileClass::ShapeKeyed] {
+                let of_class: Vec<_> = blockers.iter().filter(|b| b.limits_to == class).collect();
+                for (i, b) in of_class.iter().enumerate() {
+                    if i < MAX_BLOCKERS_LOGGED {
+                        log::info!("  not shapeless: {b}");
+                    } else {
+                        log::debug!("  not shapeless: {b}");
+                    }
+                }
+                if of_class.len() > MAX_BLOCKERS_LOGGED {
+                    log::info!(
+                        "  not shapeless: ... {} more {class:?} (ORTMLX_LOG=debug lists them)",
+                        of_class.len() - MAX_BLOCKERS_LOGGED
+                    );
+                }
             }
         }
         let decode = {
