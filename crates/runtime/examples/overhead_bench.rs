@@ -1180,11 +1180,11 @@ fn run() -> Result<(), String> {
     let _ = writeln!(json, "  \"mlx\": \"{}\",", mlx::version());
     json.push_str("  \"workloads\": [\n");
     for (i, m) in results.iter().enumerate() {
-        let _ = write!(
+        let _ = writeln!(
             json,
             "    {{\"name\": \"{}\", \"nodes\": {}, \"ep_ms\": {:.4}, \"raw_ms\": {:.4}, \"ep_over_raw\": {:.4}, \"fixed_us\": {:.2}, \
              \"ep_eager_ms\": {:.4}, \"ep_compiled_ms\": {:.4}, \"raw_eager_ms\": {:.4}, \"raw_compiled_ms\": {:.4}, \
-             \"ep_path\": \"{}\", \"host_syncs_per_run\": {:.3}, \"host_reads_per_run\": {:.3}, \"max_abs_diff\": {:e}}}{}\n",
+             \"ep_path\": \"{}\", \"host_syncs_per_run\": {:.3}, \"host_reads_per_run\": {:.3}, \"max_abs_diff\": {:e}}}{}",
             m.name,
             m.nodes,
             m.ep_s * 1e3,
