@@ -17,7 +17,8 @@
 //! applies; it compares bytes and uploads like raw), and outputs are evaluated and made
 //! row-contiguous. Times are medians over runs after a warm-up (compiling happens there).
 //!
-//! Arguments: `--device cpu|gpu`, `--out <json>`, `--budget-ms <per variant>`, `--only <name,...>`.
+//! Arguments: `--device cpu|gpu`, `--out <json>`, `--budget-ms <per variant>`, `--only <name,...>`,
+//! `--explain` (print what keeps each plan from the shapeless compiled slot).
 //! Prints `name ep_ms raw_ms ep/raw fixed_us` per workload and, last,
 //! `overhead: ep/raw=<r> fixed_us=<us>` for the decode step. `fixed_us` is `ep - raw` in
 //! microseconds: what the EP adds per run.
@@ -621,6 +622,20 @@ fn decode_step(past: i64) -> Workload {
         DataType::Int32,
         &[("to", Attribute::Int(6))],
     );
+    // The shapes ORT's inference gives the bookkeeping values (the planner's host program
+    // evaluates Shape -> Gather -> Cast from them).
+    for (name, dims) in [
+        ("mask_sum", &[1i64][..]),
+        ("seqlens_i64", &[1]),
+        ("seqlens_k", &[1]),
+        ("mask_shape", &[2]),
+        ("total_i64", &[]),
+        ("total_seq_len", &[]),
+    ] {
+        if let Some(info) = b.g.value_info.get_mut(name) {
+            info.shape = Some(dims.iter().map(|&d| Dim::Fixed(d)).collect());
+        }
+    }
     let half = (d / 2) as usize;
     let mut cos = Vec::with_capacity(c.max_positions as usize * half);
     let mut sin = Vec::with_capacity(cos.capacity());
@@ -1102,6 +1117,7 @@ fn run() -> Result<(), String> {
     let mut out = std::path::PathBuf::from("target/bench/overhead.json");
     let mut budget_ms = 2000.0;
     let mut only: Option<Vec<String>> = None;
+    let mut explain = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{a} needs a value"));
@@ -1118,6 +1134,7 @@ fn run() -> Result<(), String> {
                 budget_ms = value()?.parse().map_err(|e| format!("--budget-ms: {e}"))?
             }
             "--only" => only = Some(value()?.split(',').map(str::to_string).collect()),
+            "--explain" => explain = true,
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -1146,6 +1163,14 @@ fn run() -> Result<(), String> {
             .is_some_and(|o| !o.iter().any(|n| n == w.name))
         {
             continue;
+        }
+        if explain {
+            let plan = plan::build_plan(&w.graph, &plan::Registry::default())
+                .map_err(|e| format!("{}: plan: {e}", w.name))?;
+            println!("{}: compile class {:?}", w.name, plan.compile_class());
+            for b in plan.compile_blockers() {
+                println!("  {b}");
+            }
         }
         let m = measure(&w, device, &timer)?;
         println!(

@@ -110,6 +110,11 @@ impl Host<'_> {
             ops::astype(a, dtype, &cpu).map_err(|e| e.to_string())?
         };
         crate::stats::note_host_read();
+        log::trace!(
+            "host read of slot {slot:?} ({:?}, {:?})",
+            a.dtype(),
+            a.shape()
+        );
         a.to_vec::<T>().map_err(|e| e.to_string())
     }
 }
