@@ -31,7 +31,7 @@ import models  # noqa: E402
 from onnx import TensorProto, helper  # noqa: E402
 
 
-def median_s(fn, budget_s: float, warmup: int = 3) -> float:
+def median_s(fn, budget_s: float, warmup: int = 10) -> float:
     for _ in range(warmup):
         fn()
     times = []
