@@ -212,6 +212,136 @@ def build_llama(cfg: LlamaConfig, seed: int = 0) -> onnx.ModelProto:
     return model
 
 
+def build_torch_style_llama(cfg: LlamaConfig, seed: int = 0) -> onnx.ModelProto:
+    """The decoder of ``tests/gpu/bench_gpu.py`` (``Llama``) as PyTorch's TorchScript exporter
+    writes it, without torch: plain ONNX ops only (RMSNorm as Pow/ReduceMean/Sqrt/Div, rotary
+    embedding as Slice/Neg/Concat, ``repeat_interleave`` of the KV heads as
+    Unsqueeze/Expand/Reshape), and positions and the causal mask computed in the graph from the
+    past length by Shape -> Gather -> Add -> Range -> Greater -> Where chains. Reshape targets
+    are built from ``Shape`` of the (computed) activations, as ``x.view(b, s, ...)`` exports.
+    Inputs ``input_ids`` and ``past_key_values.{i}.key/value``; outputs ``logits`` and
+    ``present.{i}.key/value``. Float32."""
+    r = np.random.default_rng(seed)
+    h, d, kv = cfg.hidden, cfg.head, cfg.kv_heads
+    rep = cfg.heads // kv
+    nodes: list[onnx.NodeProto] = []
+    inits: list[onnx.TensorProto] = []
+    counter = [0]
+    named: set[str] = set()
+
+    def init(name: str, value) -> str:
+        if name not in named:  # shared constants are added once
+            named.add(name)
+            inits.append(numpy_helper.from_array(np.asarray(value), name))
+        return name
+
+    def node(op: str, inputs: Sequence[str], **attrs) -> str:
+        counter[0] += 1
+        out = f"/{op}_{counter[0]}_output_0"
+        nodes.append(helper.make_node(op, list(inputs), [out], name=f"/{op}_{counter[0]}", **attrs))
+        return out
+
+    def i64(name: str, values) -> str:
+        return init(name, np.array(values, np.int64))
+
+    def dim(x: str, i: int) -> str:
+        """``x.shape[i]`` as torch exports it: Shape -> Gather (a 0-d int64)."""
+        return node("Gather", [node("Shape", [x]), i64(f"dim_{i}", i)], axis=0)
+
+    def unsq0(x: str) -> str:
+        return node("Unsqueeze", [x, i64("axes_0", [0])])
+
+    def linear(x: str, k: int, n: int, std: float) -> str:
+        # torch's Linear: MatMul with the transposed weight folded into an initializer.
+        return node("MatMul", [x, init(f"w{counter[0]}", (r.standard_normal((k, n)) * std).astype(np.float32))])
+
+    def rms_norm(x: str) -> str:
+        w = init(f"norm{counter[0]}", (1.0 + 0.1 * r.standard_normal(h)).astype(np.float32))
+        ms = node("ReduceMean", [node("Pow", [x, init("two", np.array(2.0, np.float32))])], axes=[-1], keepdims=1)
+        inv = node("Div", [init("one_f", np.array(1.0, np.float32)), node("Sqrt", [node("Add", [ms, init("eps", np.array(1e-6, np.float32))])])])
+        return node("Mul", [node("Mul", [x, inv]), w])
+
+    def rotate_half(x: str) -> str:
+        half = node("Div", [dim(x, 3), i64("two_i", 2)])
+        hi = node("Slice", [x, unsq0(half), i64("big", [2**62]), i64("axes_m1", [-1])])
+        lo = node("Slice", [x, i64("zero_1d", [0]), unsq0(half), i64("axes_m1", [-1])])
+        return node("Concat", [node("Neg", [hi]), lo], axis=-1)
+
+    inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "sequence"])]
+    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", "sequence", cfg.vocab])]
+    for i in range(cfg.layers):
+        for kind in ("key", "value"):
+            inputs.append(helper.make_tensor_value_info(f"past_key_values.{i}.{kind}", TensorProto.FLOAT, ["batch", kv, "past_sequence", d]))
+            outputs.append(helper.make_tensor_value_info(f"present.{i}.{kind}", TensorProto.FLOAT, ["batch", kv, "total_sequence", d]))
+
+    inv = 1.0 / (cfg.rope_theta ** (np.arange(0, d, 2, dtype=np.float64) / d))
+    freqs = np.outer(np.arange(cfg.max_positions, dtype=np.float64), inv)
+    table = np.concatenate([freqs, freqs], axis=-1)
+    # positions and mask from the past length (forward() of bench_gpu.py's Llama)
+    p = dim("past_key_values.0.key", 2)
+    s = dim("input_ids", 1)
+    ps = node("Add", [p, s])
+    pos = node("Range", [p, ps, i64("one_scalar", 1)])
+    cos = node("Unsqueeze", [node("Gather", [init("cos_table", np.cos(table).astype(np.float32)), pos], axis=0), i64("axes_01", [0, 1])])
+    sin = node("Unsqueeze", [node("Gather", [init("sin_table", np.sin(table).astype(np.float32)), pos], axis=0), i64("axes_01", [0, 1])])
+    ii = node("Unsqueeze", [node("Range", [i64("zero", 0), s, "one_scalar"]), i64("axes_1", [1])])
+    jj = node("Unsqueeze", [node("Range", [i64("zero", 0), ps, "one_scalar"]), "axes_0"])
+    mask = node("Where", [node("Greater", [jj, node("Add", [ii, p])]), init("neg_inf", np.array(-np.inf, np.float32)), init("zero_f", np.array(0.0, np.float32))])
+
+    x = node("Gather", [init("emb", r.standard_normal((cfg.vocab, h)).astype(np.float32)), "input_ids"], axis=0)
+    std = 1.0 / np.sqrt(h)
+    for i in range(cfg.layers):
+        b_, s_ = dim(x, 0), dim(x, 1)
+        hn = rms_norm(x)
+
+        def heads(t: str, n: int) -> str:
+            shape = node("Concat", [unsq0(b_), unsq0(s_), i64(f"c{n}", [n]), i64("c_hd", [d])], axis=0)
+            return node("Transpose", [node("Reshape", [t, shape])], perm=[0, 2, 1, 3])
+
+        q = heads(linear(hn, h, cfg.heads * d, std), cfg.heads)
+        k = heads(linear(hn, h, kv * d, std), kv)
+        v = heads(linear(hn, h, kv * d, std), kv)
+        q = node("Add", [node("Mul", [q, cos]), node("Mul", [rotate_half(q), sin])])
+        k = node("Add", [node("Mul", [k, cos]), node("Mul", [rotate_half(k), sin])])
+        nodes.append(helper.make_node("Concat", [f"past_key_values.{i}.key", k], [f"present.{i}.key"], name=f"/present_key_{i}", axis=2))
+        nodes.append(helper.make_node("Concat", [f"past_key_values.{i}.value", v], [f"present.{i}.value"], name=f"/present_value_{i}", axis=2))
+
+        def repeat_kv(t: str) -> str:
+            # repeat_interleave(rep, dim=1): Unsqueeze, Expand and Reshape with targets from Shape(t)
+            b2, h2, t2, d2 = (dim(t, j) for j in range(4))
+            big = node("Concat", [unsq0(b2), unsq0(h2), i64("c_rep", [rep]), unsq0(t2), unsq0(d2)], axis=0)
+            e = node("Expand", [node("Unsqueeze", [t, i64("axes_2", [2])]), big])
+            merged = node("Concat", [unsq0(b2), node("Mul", [unsq0(h2), i64("c_rep", [rep])]), unsq0(t2), unsq0(d2)], axis=0)
+            return node("Reshape", [e, merged])
+
+        kk, vv = repeat_kv(f"present.{i}.key"), repeat_kv(f"present.{i}.value")
+        att = node("Div", [node("MatMul", [q, node("Transpose", [kk], perm=[0, 1, 3, 2])]), init("sqrt_hd", np.array(np.sqrt(d), np.float32))])
+        att = node("Softmax", [node("Add", [att, mask])], axis=-1)
+        ctx = node("Transpose", [node("MatMul", [att, vv])], perm=[0, 2, 1, 3])
+        ctx = node("Reshape", [ctx, node("Concat", [unsq0(b_), unsq0(s_), i64("c_m1", [-1])], axis=0)])
+        x = node("Add", [x, linear(ctx, h, h, std)])
+        hn = rms_norm(x)
+        gate = linear(hn, h, cfg.intermediate, std)
+        silu = node("Mul", [gate, node("Sigmoid", [gate])])
+        x = node("Add", [x, linear(node("Mul", [silu, linear(hn, h, cfg.intermediate, std)]), cfg.intermediate, h, 1.0 / np.sqrt(cfg.intermediate))])
+    logits = linear(rms_norm(x), h, cfg.vocab, 1.0)
+    nodes.append(helper.make_node("Identity", [logits], ["logits"], name="/logits"))
+    graph = helper.make_graph(nodes, f"torch_llama_{cfg.name}", inputs, outputs, initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="ortmlx-llm-torch-style")
+    model.ir_version = 8
+    return model
+
+
+def torch_style_feeds(cfg: LlamaConfig, past: int, token: int = 17, seed: int = 2) -> dict[str, np.ndarray]:
+    """Inputs of one decode step of :func:`build_torch_style_llama` after ``past`` tokens."""
+    r = np.random.default_rng(seed)
+    feeds = {"input_ids": np.array([[token]], np.int64)}
+    for i in range(cfg.layers):
+        for kind in ("key", "value"):
+            feeds[f"past_key_values.{i}.{kind}"] = r.standard_normal((1, cfg.kv_heads, past, cfg.head)).astype(np.float32)
+    return feeds
+
+
 def empty_past(cfg: LlamaConfig, batch: int = 1) -> dict[str, np.ndarray]:
     past = {}
     for i in range(cfg.layers):
@@ -294,7 +424,23 @@ def _sessions(model: onnx.ModelProto, library: str, threads: int | None, ep_opti
     return cpu, mlx, placement
 
 
-def bench_one(cfg: LlamaConfig, library: str, prefill: int, steps: int, repeats: int, threads: int | None, ep_options=None) -> dict:
+def _ep_runs(cursor, session_runs: int) -> dict | None:
+    """The MLX EP's run counters since the last call (see trace_stats.py), per session run."""
+    if cursor is None:
+        return None
+    s = cursor.since_last()
+    if not s or not session_runs:
+        return None
+    return {
+        "session_runs": session_runs,
+        "paths": s["paths"],
+        "fused_nodes": s["fused_nodes"],
+        "host_syncs_per_run": s["host_syncs"] / session_runs,
+        "host_reads_per_run": s["host_reads"] / session_runs,
+    }
+
+
+def bench_one(cfg: LlamaConfig, library: str, prefill: int, steps: int, repeats: int, threads: int | None, ep_options=None, cursor=None) -> dict:
     model = build_llama(cfg)
     cpu, mlx, placement = _sessions(model, library, threads, ep_options)
     prompt = prompt_ids(cfg, prefill)
@@ -316,6 +462,12 @@ def bench_one(cfg: LlamaConfig, library: str, prefill: int, steps: int, repeats:
             "decode_tok_s": len(best.decode_s) / decode_time if decode_time else 0.0,
             "decode_ms_per_token": 1000 * decode_time / max(len(best.decode_s), 1),
         }
+    # Release the MLX session: the EP writes its trace then (ORTMLX_TRACE), with the counters.
+    del mlx, session
+    import gc
+
+    gc.collect()
+    result["mlx"]["ep_runs"] = _ep_runs(cursor, 3 + repeats * max(steps, 1))  # warm-up: 3 runs
     a, b = runs["cpu"], runs["mlx"]
     diffs = [float(np.max(np.abs(x - y))) for x, y in zip(a.logits, b.logits)]
     scale = max(float(np.max(np.abs(x))) for x in a.logits)
@@ -349,12 +501,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     known = {"tiny": TINY, "tiny-int4": TINY.quantized(4), "larger": LARGER, "larger-int4": LARGER.quantized(4)}
     results = []
     ok = True
+    cursor = None
+    if os.environ.get("ORTMLX_TRACE"):
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from trace_stats import TraceCursor
+
+        cursor = TraceCursor(os.environ["ORTMLX_TRACE"].replace("%p", str(os.getpid())))
     header = f"{'model':<14}{'EP':<5}{'prefill tok/s':>15}{'decode tok/s':>14}{'ms/token':>10}"
     for name in args.models.split(","):
         cfg = known[name.strip()]
         t0 = time.perf_counter()
         ep_options = dict(o.split("=", 1) for o in args.ep_option)
-        r = bench_one(cfg, args.library, args.prefill, args.steps, args.repeats, args.threads or None, ep_options)
+        r = bench_one(cfg, args.library, args.prefill, args.steps, args.repeats, args.threads or None, ep_options, cursor)
         r["ep_options"] = ep_options
         r["bench_s"] = time.perf_counter() - t0
         results.append(r)
@@ -371,6 +529,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"(scale {r['logits_scale']:.1f}); nodes {r['placement']}",
             flush=True,
         )
+        ep_runs = r["mlx"].get("ep_runs")
+        if ep_runs:
+            print(
+                f"{'':<14}mlx EP runs: paths {ep_runs['paths']}, {ep_runs['fused_nodes']} fused node(s), "
+                f"host syncs {ep_runs['host_syncs_per_run']:.2f}/run, host reads {ep_runs['host_reads_per_run']:.2f}/run",
+                flush=True,
+            )
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     summary = {
         "prefill_tokens": args.prefill,

@@ -15,6 +15,7 @@ import sys
 import pytest
 
 from conftest import LIBRARY_VAR
+from trace_stats import node_runs, read_trace, totals
 
 #: A child that registers the EP, builds a model and runs it ``RUNS`` times.
 CHILD = r"""
@@ -26,27 +27,40 @@ from onnx import TensorProto, helper
 ort.register_execution_provider_library("ortmlx", os.environ["ORTMLX_EP_LIBRARY"])
 devices = [d for d in ort.get_ep_devices() if d.ep_name == "MLXExecutionProvider"]
 with_string = sys.argv[1] == "string"
+computed_shape = sys.argv[1] == "reshape"
 nodes = [
     helper.make_node("Relu", ["x"], ["r"], name="relu0"),
     helper.make_node("Add", ["r", "x"], ["y"], name="add0"),
 ]
+inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])]
 outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])]
+initializers = []
+feeds = {"x": np.ones((2, 3), np.float32)}
 if with_string:
     nodes.append(helper.make_node("Cast", ["y"], ["s"], name="to_string", to=TensorProto.STRING))
     outputs.append(helper.make_tensor_value_info("s", TensorProto.STRING, [2, 3]))
-graph = helper.make_graph(nodes, "diag", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])], outputs)
+if computed_shape:
+    # The Reshape's target is computed (shape * 1), so each run reads it back mid-run.
+    nodes.append(helper.make_node("Mul", ["shape", "one"], ["shape2"], name="scale_shape"))
+    nodes.append(helper.make_node("Reshape", ["y", "shape2"], ["z"], name="reshape_computed"))
+    inputs.append(helper.make_tensor_value_info("shape", TensorProto.INT64, [2]))
+    initializers.append(helper.make_tensor("one", TensorProto.INT64, [], [1]))
+    outputs.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, None))
+    feeds["shape"] = np.array([3, -1], np.int64)
+graph = helper.make_graph(nodes, "diag", inputs, outputs, initializer=initializers)
 model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 model.ir_version = 8
 options = ort.SessionOptions()
-options.add_provider_for_devices(devices, {})
+options.add_provider_for_devices(devices, dict(a.split("=", 1) for a in sys.argv[3:]))
 session = ort.InferenceSession(model.SerializeToString(), sess_options=options)
 for _ in range(int(sys.argv[2])):
-    session.run(None, {"x": np.ones((2, 3), np.float32)})
+    session.run(None, feeds)
 print("providers", session.get_providers())
+del session  # releases the EP: its per-node summary is logged and the trace written
 """
 
 
-def run_child(tmp_path, env: dict, model: str = "plain", runs: int = 1) -> subprocess.CompletedProcess:
+def run_child(tmp_path, env: dict, model: str = "plain", runs: int = 1, ep_options: dict | None = None) -> subprocess.CompletedProcess:
     library = os.environ.get(LIBRARY_VAR)
     if not library:
         pytest.fail(f"{LIBRARY_VAR} is not set", pytrace=False)
@@ -54,7 +68,7 @@ def run_child(tmp_path, env: dict, model: str = "plain", runs: int = 1) -> subpr
     child_env[LIBRARY_VAR] = os.path.abspath(library)
     child_env.update(env)
     result = subprocess.run(
-        [sys.executable, "-c", CHILD, model, str(runs)],
+        [sys.executable, "-c", CHILD, model, str(runs), *(f"{k}={v}" for k, v in (ep_options or {}).items())],
         env=child_env,
         cwd=tmp_path,
         capture_output=True,
@@ -129,3 +143,35 @@ def test_trace_file_is_a_chrome_trace(tmp_path):
         assert a["ts"] + a["dur"] <= b["ts"], (a, b)
     names = [e for e in trace["traceEvents"] if e.get("ph") == "M" and e.get("name") == "thread_name"]
     assert {e["tid"] for e in names} >= {e["tid"] for e in spans}, names
+
+
+def traced_runs(tmp_path, model: str, runs: int, ep_options: dict | None = None):
+    path = tmp_path / "trace.json"
+    result = run_child(tmp_path, {"ORTMLX_TRACE": str(path), "ORTMLX_LOG": "info"}, model=model, runs=runs, ep_options=ep_options)
+    trace = read_trace(path)
+    nodes = node_runs(trace)
+    assert len(nodes) == 1, f"one fused node expected: {nodes}; stderr:\n{result.stderr}"
+    ((name, n),) = nodes.items()
+    return name, n, totals(trace), result.stderr
+
+
+def test_run_counters_of_a_plain_graph(tmp_path):
+    name, n, total, stderr = traced_runs(tmp_path, "plain", 3, {"compile": "off"})
+    # One evaluation per run, nothing read back mid-run, interpreted eagerly.
+    assert n.per_run == [("eager", 1, 0)] * 3, n
+    assert total[name]["runs"] == 3 and total[name]["eager"] == 3 and total[name]["host_syncs"] == 3, total
+    assert f"{name}: runs 3 (decode 0, prefill 0, general 0, eager 3); host syncs 1.00/run (max 1), host reads 0.00/run" in stderr, stderr
+
+
+def test_run_counters_of_a_compiled_graph(tmp_path):
+    _, n, _, _ = traced_runs(tmp_path, "plain", 2, {"compile": "on"})
+    assert n.per_run == [("general", 1, 0)] * 2, n
+
+
+def test_run_counters_count_host_reads(tmp_path):
+    name, n, total, stderr = traced_runs(tmp_path, "reshape", 2, {"compile": "on"})
+    # The computed shape is read back (a host read and a sync), then the final evaluation;
+    # the plan can't be compiled as one closure, so even with compile on it runs eagerly.
+    assert n.per_run == [("eager", 2, 1)] * 2, n
+    assert total[name]["host_reads"] == 2, total
+    assert "not shapeless: Eager: node 'reshape_computed' (Reshape)" in stderr, stderr

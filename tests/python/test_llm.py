@@ -134,3 +134,61 @@ def test_generations_reset_and_carry_the_cache(tmp_path):
     # a: 4 continued decode steps, b: 2, e: 2, each carrying every layer's key and value.
     carried = 8 * 2 * TINY.layers
     assert f"10 generation(s), 18 step(s), {carried} cache input(s) carried" in summary[0], summary
+
+
+#: A child that runs decode steps of the torch-style decoder (llm.build_torch_style_llama) on the
+#: MLX EP with compile on and tracing, then prints the per-run counters as JSON.
+TORCH_STYLE_CHILD = r"""
+import gc, json, os, sys
+import numpy as np
+import onnxruntime as ort
+from llm import TINY, build_torch_style_llama, torch_style_feeds
+from trace_stats import node_runs, read_trace
+
+cfg = TINY
+model = build_torch_style_llama(cfg).SerializeToString()
+cpu = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+ort.register_execution_provider_library("ortmlx", os.environ["ORTMLX_EP_LIBRARY"])
+devices = [d for d in ort.get_ep_devices() if d.ep_name == "MLXExecutionProvider"]
+options = ort.SessionOptions()
+options.add_provider_for_devices(devices, {"compile": "on"})
+mlx = ort.InferenceSession(model, sess_options=options)
+diff = 0.0
+for past in (3, 4):
+    feeds = torch_style_feeds(cfg, past)
+    for a, b in zip(cpu.run(None, feeds), mlx.run(None, feeds)):
+        assert a.shape == b.shape, (a.shape, b.shape)
+        diff = max(diff, float(np.max(np.abs(a - b))))
+del mlx
+gc.collect()
+runs = {name: n.per_run for name, n in node_runs(read_trace(os.environ["ORTMLX_TRACE"])).items()}
+print(json.dumps({"diff": diff, "runs": runs}))
+"""
+
+
+def test_torch_style_decoder_matches_and_counts_its_host_reads(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from conftest import LIBRARY_VAR
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORTMLX_")}
+    env[LIBRARY_VAR] = os.path.abspath(os.environ[LIBRARY_VAR])
+    env["ORTMLX_TRACE"] = str(tmp_path / "trace.json")
+    env["PYTHONPATH"] = os.path.dirname(os.path.abspath(__file__))
+    result = subprocess.run([sys.executable, "-c", TORCH_STYLE_CHILD], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, f"child failed:\n{result.stdout}\n{result.stderr}"
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["diff"] < 1e-3, out["diff"]
+    runs = [r for per_node in out["runs"].values() for r in per_node]
+    assert len(runs) >= 2, out
+    for path, syncs, reads in runs:
+        # Every output is contiguous, so each run synchronises once per host read plus once at
+        # the end. The Slice/Expand/Reshape targets computed from Shape of activations are read
+        # back mid-run (docs/benchmarks.md: why this graph runs eagerly); when that changes,
+        # the counters here show it.
+        assert syncs == reads + 1, (path, syncs, reads)
+        if path == "eager":
+            assert reads > 0, "an eager run of this graph reads computed shapes"

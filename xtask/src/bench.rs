@@ -2,7 +2,9 @@
 
 use anyhow::{Result, bail};
 
-use crate::setup::{self, Scope};
+use std::process::Command;
+
+use crate::setup::{self, LATEST_ORT, Scope};
 use crate::util::{banner, cargo, run as run_cmd, target_dir};
 
 /// Dispatches `cargo xtask bench <name>`.
@@ -10,9 +12,63 @@ pub fn run(args: &[String]) -> Result<()> {
     match args.first().map(String::as_str) {
         Some("gemm") => gemm(),
         Some("llm") => crate::bench_llm::run(&args[1..]),
-        Some(other) => bail!("unknown benchmark `{other}`; known: gemm, llm"),
-        None => bail!("usage: cargo xtask bench <gemm|llm>"),
+        Some("overhead") => overhead(&args[1..]),
+        Some(other) => bail!("unknown benchmark `{other}`; known: gemm, llm, overhead"),
+        None => bail!("usage: cargo xtask bench <gemm|llm|overhead>"),
     }
+}
+
+/// The EP's own cost per run: the runtime's `Executable` (the EP minus ORT's shell) against
+/// the same computation written directly against the `mlx` crate, eager and compiled, in one
+/// process (`crates/runtime/examples/overhead_bench.rs`); then the same workloads through a
+/// real ORT session with the EP (`tests/python/overhead.py`, merged into the JSON). Extra
+/// arguments go to the Rust bench: `--device gpu`, `--budget-ms <ms per variant>`,
+/// `--only <workload,...>`, `--explain`.
+fn overhead(args: &[String]) -> Result<()> {
+    let venvs = setup::run(Scope::Only(LATEST_ORT))?;
+    let venv = &venvs[0];
+    let lib = crate::build::run()?;
+    let out = target_dir().join("bench").join("overhead.json");
+    banner(
+        "bench overhead: the EP's runtime vs the same MLX calls written directly (1 node, encoder layer, 6-layer encoder, Llama decode step)",
+    );
+    run_cmd(
+        cargo()
+            .args([
+                "run",
+                "--release",
+                "--quiet",
+                "-p",
+                "ortmlx-runtime",
+                "--example",
+                "overhead_bench",
+                "--",
+                "--out",
+            ])
+            .arg(&out)
+            .args(args),
+    )?;
+    let device = args
+        .iter()
+        .position(|a| a == "--device")
+        .and_then(|i| args.get(i + 1))
+        .map_or("cpu", String::as_str);
+    let budget = args
+        .iter()
+        .position(|a| a == "--budget-ms")
+        .and_then(|i| args.get(i + 1))
+        .map_or("2000", String::as_str);
+    let root = crate::util::workspace_root();
+    run_cmd(
+        Command::new(venv.python())
+            .arg(root.join("tests").join("python").join("overhead.py"))
+            .args(["--json"])
+            .arg(&out)
+            .args(["--device", device, "--budget-ms", budget])
+            .current_dir(&root)
+            .env(crate::test::EP_LIBRARY_VAR, &lib)
+            .env("PYTHONDONTWRITEBYTECODE", "1"),
+    )
 }
 
 /// A 1024^3 float32 matmul through the `mlx` crate against the system BLAS, in one process.

@@ -4,7 +4,9 @@
 //! CPU EP and on the MLX EP in one process. Checks that the greedy tokens agree and the logits
 //! are within tolerance, prints prefill and decode tokens/s and the ratios, and writes
 //! `target/bench/llm.json`. The last line is `llm: decode mlx/cpu=<ratio>` (larger float32
-//! model).
+//! model). The EP traces to `target/bench/llm-trace.json` (`ORTMLX_TRACE`, unless set), from
+//! which each model's line adds the EP's run counters: paths taken (compiled decode / prefill /
+//! general, eager) and host synchronisations and reads per run.
 
 use std::process::Command;
 
@@ -25,9 +27,17 @@ pub fn run(args: &[String]) -> Result<()> {
         "bench llm: Llama-style decoders, 128-token prefill + 64 greedy steps, CPU EP vs MLX EP (onnxruntime {LATEST_ORT})"
     ));
     let root = util::workspace_root();
+    // The EP writes its trace when a session is released: the folder must exist by then.
+    std::fs::create_dir_all(target_dir().join("bench")).context("creating target/bench")?;
+    let mut cmd = Command::new(venv.python());
+    if std::env::var_os("ORTMLX_TRACE").is_none() {
+        cmd.env(
+            "ORTMLX_TRACE",
+            target_dir().join("bench").join("llm-trace.json"),
+        );
+    }
     util::run(
-        Command::new(venv.python())
-            .arg(root.join("tests").join("python").join("llm.py"))
+        cmd.arg(root.join("tests").join("python").join("llm.py"))
             .arg("--bench")
             .arg("--out")
             .arg(&out)

@@ -6,7 +6,7 @@
 //! cargo xtask demo         setup + build, then run a small encoder with the MLX EP vs the CPU EP
 //! cargo xtask test         setup + build, cargo test --workspace, then pytest against every pinned ORT
 //! cargo xtask conformance  ONNX's backend node suite through ORT with the MLX EP, per-case report
-//! cargo xtask bench gemm | llm
+//! cargo xtask bench gemm | llm | overhead
 //! ```
 //!
 //! Only std and `anyhow`: this binary is built on every `cargo xtask` call, so it stays small.
@@ -74,6 +74,10 @@ commands:
   bench llm [-- args]   Llama-style decoders (GQA, RoPE, RMSNorm; float32 and 4-bit MatMulNBits):
                         128-token prefill + 64 greedy steps, CPU EP vs MLX EP, tokens checked
                         (target/bench/llm.json; args go to tests/python/llm.py)
+  bench overhead [--device gpu] [--budget-ms <ms>] [--only <names>]
+                        the EP's cost per run: its runtime against the same computation
+                        written directly against the mlx crate (1 node, encoder layer, 6-layer
+                        encoder, Llama decode step); target/bench/overhead.json
   gpu-check [--wheel]   stage .gpu/ for the NVIDIA device machine (see tests/gpu/); --wheel
                         stages the EP's CUDA wheel and the pinned mlx-cuda-13 wheel instead,
                         for tests/gpu/device_wheel.sh

@@ -80,8 +80,13 @@ impl ComputeInfo {
         unsafe { Box::from_raw(p as *mut ComputeInfo) }
     }
 
-    /// Reads the kernel-context inputs, runs, writes the outputs.
-    fn run(&self, ctx: *mut OrtKernelContext) -> Result<(), EpError> {
+    /// Reads the kernel-context inputs, runs, writes the outputs; adds the run's path and
+    /// host synchronisations to the trace span, when tracing.
+    fn run(
+        &self,
+        ctx: *mut OrtKernelContext,
+        span: Option<&mut crate::trace::Span>,
+    ) -> Result<(), EpError> {
         let api = &self.api;
         let o = api.ort;
         let mut count = 0usize;
@@ -155,6 +160,11 @@ impl ComputeInfo {
                 code: ort_sys::OrtErrorCode::ORT_FAIL,
                 message: e.to_string(),
             })?;
+        if let (Some(span), Some(last)) = (span, self.exe.run_stats().last) {
+            span.arg("path", last.path.name());
+            span.arg("host_syncs", last.host_syncs as usize);
+            span.arg("host_reads", last.host_reads as usize);
+        }
         if outputs.len() != self.output_dtypes.len() {
             return Err(EpError::new(format!(
                 "the plan produced {} outputs, the node has {}",
@@ -218,6 +228,41 @@ impl ComputeInfo {
             }
         }
         Ok(())
+    }
+}
+
+impl Drop for ComputeInfo {
+    /// The fused node's per-run summary at info level (`ORTMLX_LOG=info`): paths taken and
+    /// host synchronisations, and the compiled caches' counters.
+    fn drop(&mut self) {
+        let runs = self.exe.run_stats();
+        if runs.runs == 0 {
+            return;
+        }
+        let c = self.exe.cache_stats();
+        log::info!(
+            "{}: {}; compiled: {} compile(s), {} hit(s), {} eager fallback(s)",
+            self.name,
+            runs.summary(),
+            c.compiles,
+            c.hits,
+            c.eager_fallbacks
+        );
+        // The totals as a zero-length trace event, for scripts that read the trace.
+        if let Some(mut span) = crate::trace::span("run_stats", || self.name.clone()) {
+            for (key, value) in [
+                ("runs", runs.runs),
+                ("decode", runs.decode_compiled),
+                ("prefill", runs.prefill_compiled),
+                ("general", runs.general_compiled),
+                ("eager", runs.eager),
+                ("host_syncs", runs.host_syncs),
+                ("host_reads", runs.host_reads),
+                ("eager_fallbacks", c.eager_fallbacks),
+            ] {
+                span.arg(key, usize::try_from(value).unwrap_or(usize::MAX));
+            }
+        }
     }
 }
 
@@ -293,8 +338,9 @@ unsafe extern "system" fn compute(
     guard("Compute", || {
         // SAFETY: `this` is ours, alive until ReleaseNodeComputeInfos.
         let info = unsafe { &*(this as *const ComputeInfo) };
-        let _span = crate::trace::span("compute", || info.name.clone());
-        info.run(ctx).map_err(|e| e.context(&info.name))
+        let mut span = crate::trace::span("compute", || info.name.clone());
+        info.run(ctx, span.as_mut())
+            .map_err(|e| e.context(&info.name))
     })
 }
 

@@ -46,8 +46,10 @@ pub const ENV_VARS: &[EnvVar] = &[
         read_by: "ortmlx-ep",
         meaning: "`error|warn|info|debug|trace`: log to stderr through the `log` facade (off by \
                   default). `info` gives one line per `GetCapability` (nodes claimed, declines \
-                  grouped by reason) and per compiled group; `debug` gives every decline. The \
-                  one-line placement summary goes through ORT's logger whatever this says",
+                  grouped by reason) and per compiled group, what keeps a fused node from the \
+                  shapeless compiled slot, and each fused node's run counters when it is \
+                  released; `debug` gives every decline. The one-line placement summary goes \
+                  through ORT's logger whatever this says",
     },
     EnvVar {
         name: "ORTMLX_LOG_CLAIMS",
@@ -68,7 +70,8 @@ pub const ENV_VARS: &[EnvVar] = &[
         scope: EnvScope::Library,
         read_by: "ortmlx-ep",
         meaning: "`<path>`: a Chrome-trace JSON (opens in Perfetto) of capability, compile and \
-                  each run; `%p` in the path becomes the process id",
+                  each run (with its path and host syncs and reads); `%p` in the path becomes \
+                  the process id",
     },
     EnvVar {
         name: "ORTMLX_DISABLE_INITIALIZER_SHARING",

@@ -188,7 +188,8 @@ impl Array {
         check(unsafe { sys::mlx_array_eval(self.raw) })
     }
 
-    fn is_row_contiguous(&self) -> Result<bool> {
+    /// True when the (evaluated) array's elements are laid out row-major without gaps.
+    pub fn is_row_contiguous(&self) -> Result<bool> {
         let mut r = false;
         // SAFETY: valid handle and out pointer.
         check(unsafe { sys::_mlx_array_is_row_contiguous(&mut r, self.raw) })?;

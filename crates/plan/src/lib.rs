@@ -43,7 +43,8 @@ pub use gqa::{GqaLayout, gqa_layout};
 pub use host::{HostNode, HostProgram};
 pub use partition::{Cluster, NodeDecline, Partition, cluster_graph, decline_summary, partition};
 pub use plan::{
-    CompileClass, LowerCtx, NodeSpan, Plan, PlanError, PlanInput, SlotInfo, build_plan,
+    CompileBlocker, CompileClass, LowerCtx, NodeSpan, Plan, PlanError, PlanInput, SlotInfo,
+    build_plan,
 };
 pub use registry::{
     ClaimCtx, ClaimFn, Decline, EntryMeta, LowerFn, MAX_KNOWN_OPSET, OpEntry, PLANNER_OPSETS,

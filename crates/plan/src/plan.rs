@@ -45,6 +45,44 @@ pub struct NodeSpan {
     pub on_host: bool,
 }
 
+/// One reason a plan is not [`CompileClass::Shapeless`] (see [`Plan::compile_blockers`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompileBlocker {
+    /// The step, or `None` for the host program.
+    pub step: Option<usize>,
+    /// The ONNX node's name (for the host program: its first node).
+    pub node: String,
+    /// The ONNX node's op type (empty for the host program).
+    pub op_type: String,
+    /// The most permissive class this reason allows.
+    pub limits_to: CompileClass,
+    /// Why, in words.
+    pub reason: String,
+}
+
+impl fmt::Display for CompileBlocker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.op_type.is_empty() {
+            write!(f, "{:?}: {}", self.limits_to, self.reason)
+        } else {
+            write!(
+                f,
+                "{:?}: node '{}' ({}): {}",
+                self.limits_to, self.node, self.op_type, self.reason
+            )
+        }
+    }
+}
+
+/// The step's variant name (`Reshape`, `KvCache`, ...).
+fn step_kind(s: &Step) -> String {
+    let text = format!("{s:?}");
+    text.split([' ', '{', '('])
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
 /// How a plan may be compiled (`mlx_compile`) by the runtime.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum CompileClass {
@@ -103,6 +141,69 @@ impl Plan {
             }
         }
         class
+    }
+
+    /// What keeps the plan from a more permissive compile mode: one entry per step (or for
+    /// the host program) that makes it [`CompileClass::ShapeKeyed`] or
+    /// [`CompileClass::Eager`], in step order, naming the ONNX node. Empty for a
+    /// [`CompileClass::Shapeless`] plan. Diagnostics for "why did the decode step not compile".
+    pub fn compile_blockers(&self) -> Vec<CompileBlocker> {
+        let host_bound: std::collections::HashSet<Slot> =
+            self.host.outputs.iter().map(|(_, s)| *s).collect();
+        let mut out = Vec::new();
+        if !self.host.is_empty() {
+            let nodes: Vec<String> = self
+                .host
+                .nodes
+                .iter()
+                .map(|n| format!("{} ({})", n.node.name, n.node.op_type))
+                .collect();
+            out.push(CompileBlocker {
+                step: None,
+                node: nodes.first().cloned().unwrap_or_default(),
+                op_type: String::new(),
+                limits_to: CompileClass::ShapeKeyed,
+                reason: format!(
+                    "{} node(s) of shape arithmetic run on the host per input-shape set: {}",
+                    nodes.len(),
+                    nodes.join(", ")
+                ),
+            });
+        }
+        for (i, s) in self.steps.iter().enumerate() {
+            let (node, op_type) = match self.nodes.iter().find(|n| n.steps.contains(&i)) {
+                Some(n) => (n.name.clone(), n.op_type.clone()),
+                None => (String::new(), String::new()),
+            };
+            let kind = step_kind(s);
+            let device_reads: Vec<&str> = s
+                .host_reads()
+                .into_iter()
+                .filter(|r| !host_bound.contains(r))
+                .map(|r| self.slots[r.index()].name.as_str())
+                .collect();
+            if !device_reads.is_empty() {
+                out.push(CompileBlocker {
+                    step: Some(i),
+                    node,
+                    op_type,
+                    limits_to: CompileClass::Eager,
+                    reason: format!(
+                        "step {kind} reads computed value(s) {} back to the host",
+                        device_reads.join(", ")
+                    ),
+                });
+            } else if !s.is_shapeless() {
+                out.push(CompileBlocker {
+                    step: Some(i),
+                    node,
+                    op_type,
+                    limits_to: CompileClass::ShapeKeyed,
+                    reason: format!("step {kind} resolves its arguments from input shapes"),
+                });
+            }
+        }
+        out
     }
 
     /// For each slot, the index of the last step reading it (`None` when no step does);

@@ -109,6 +109,12 @@ impl Host<'_> {
         } else {
             ops::astype(a, dtype, &cpu).map_err(|e| e.to_string())?
         };
+        crate::stats::note_host_read();
+        log::trace!(
+            "host read of slot {slot:?} ({:?}, {:?})",
+            a.dtype(),
+            a.shape()
+        );
         a.to_vec::<T>().map_err(|e| e.to_string())
     }
 }

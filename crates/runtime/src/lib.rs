@@ -15,6 +15,7 @@ mod interpreter;
 pub mod kernel_cache;
 mod lanes;
 mod packed;
+mod stats;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -30,6 +31,7 @@ pub use compiled::{CacheStats, CompileSlot, GENERAL_CAPACITY, PREFILL_CAPACITY};
 pub use decode::{DecodeStats, GENERATION_KEY, RunContext};
 pub use dtype::{to_mlx, to_onnx};
 pub use guard::{MAX_TENSOR_BYTES_VAR, max_tensor_bytes};
+pub use stats::{RunPath, RunRecord, RunStats};
 
 use compiled::CompiledCache;
 
@@ -129,6 +131,8 @@ struct RunState {
     /// For GPU runs with an empty input, by input shapes: whether the run gives an empty
     /// output (and so stays on the CPU stream; see `run_on_lane`).
     empty_outputs: HashMap<Vec<Vec<i64>>, bool>,
+    /// Which path served each run, and its host synchronisations.
+    runs: RunStats,
 }
 
 /// A plan with its constants: everything a trace needs, shared with compiled closures.
@@ -236,6 +240,9 @@ impl Program {
 /// lane's streams, which are not tied to the calling thread).
 pub const RUN_POLICY: run_gate::Policy = run_gate::Policy::AnyThreadSerialized;
 
+/// How many compile blockers the executable's info log names.
+const MAX_BLOCKERS_LOGGED: usize = 4;
+
 /// One runnable plan (a fused ORT node).
 pub struct Executable {
     program: Arc<Program>,
@@ -314,6 +321,26 @@ impl Executable {
             program.plan.compile_class(),
             if compile { "on" } else { "off" }
         );
+        if log::log_enabled!(log::Level::Info) {
+            // What keeps the plan eager first (host reads), then what makes it shape-keyed.
+            let blockers = program.plan.compile_blockers();
+            for class in [plan::CompileClass::Eager, plan::CompileClass::ShapeKeyed] {
+                let of_class: Vec<_> = blockers.iter().filter(|b| b.limits_to == class).collect();
+                for (i, b) in of_class.iter().enumerate() {
+                    if i < MAX_BLOCKERS_LOGGED {
+                        log::info!("  not shapeless: {b}");
+                    } else {
+                        log::debug!("  not shapeless: {b}");
+                    }
+                }
+                if of_class.len() > MAX_BLOCKERS_LOGGED {
+                    log::info!(
+                        "  not shapeless: ... {} more {class:?} (ORTMLX_LOG=debug lists them)",
+                        of_class.len() - MAX_BLOCKERS_LOGGED
+                    );
+                }
+            }
+        }
         let decode = {
             let plan = &program.plan;
             let inputs: Vec<&str> = plan.inputs.iter().map(|i| i.name.as_str()).collect();
@@ -331,6 +358,7 @@ impl Executable {
                 compiled,
                 decode,
                 empty_outputs: HashMap::new(),
+                runs: RunStats::default(),
             }),
         })
     }
@@ -359,6 +387,13 @@ impl Executable {
             .map(decode::DecodeState::stats)
     }
 
+    /// Counters of the runs so far: which path served them (compiled decode / prefill /
+    /// general closure, or eager) and their host synchronisations and host reads (see
+    /// `stats`).
+    pub fn run_stats(&self) -> RunStats {
+        self.state.lock().runs
+    }
+
     /// Runs the plan on inputs given in the plan's input order.
     pub fn run(&self, inputs: &[InputTensor<'_>]) -> Result<Vec<OutputTensor>, RuntimeError> {
         self.run_with(inputs, &RunContext::default())
@@ -374,7 +409,10 @@ impl Executable {
         let mut state = self.state.lock();
         let state = &mut *state;
         self.lane.run(self.device, |lane| {
-            self.run_on_lane(state, inputs, ctx, lane)
+            let counter = stats::RunCounter::start();
+            let (outputs, path) = self.run_on_lane(state, inputs, ctx, lane)?;
+            state.runs.record(counter.finish(path));
+            Ok(outputs)
         })?
     }
 
@@ -385,7 +423,7 @@ impl Executable {
         inputs: &[InputTensor<'_>],
         ctx: &RunContext<'_>,
         lane: &lanes::LaneStreams,
-    ) -> Result<Vec<OutputTensor>, RuntimeError> {
+    ) -> Result<(Vec<OutputTensor>, RunPath), RuntimeError> {
         let plan = &self.program.plan;
         if inputs.len() != plan.inputs.len() {
             return Err(RuntimeError(format!(
@@ -406,6 +444,7 @@ impl Executable {
             compiled,
             decode,
             empty_outputs,
+            runs: _,
         } = state;
         let bound = match decode {
             Some(d) => d.begin(inputs, ctx),
@@ -455,12 +494,13 @@ impl Executable {
             }
         }
         let stream = lane.stream(device);
-        let outputs = match (on_cpu, compiled.slot_for(&shapes)) {
-            (Some(traced), _) => traced,
-            (None, Some(slot)) => {
-                compiled.run(slot, &self.program, device, &arrays, host, shapes)?
-            }
-            (None, None) => self.program.trace(arrays, &host, stream)?,
+        let (outputs, path) = match (on_cpu, compiled.slot_for(&shapes)) {
+            (Some(traced), _) => (traced, RunPath::Eager),
+            (None, Some(slot)) => (
+                compiled.run(slot, &self.program, device, &arrays, host, shapes)?,
+                slot.into(),
+            ),
+            (None, None) => (self.program.trace(arrays, &host, stream)?, RunPath::Eager),
         };
         let mut outputs = outputs;
         let status = if self.program.has_status() {
@@ -476,17 +516,24 @@ impl Executable {
         let mut refs: Vec<&Array> = outputs.iter().collect();
         refs.extend(status.as_ref());
         mlx::eval(&refs)?;
+        stats::note_sync();
         if let Some(status) = &status {
             self.program.check_status(status)?;
         }
         let outputs = outputs
             .iter()
-            .map(|a| a.to_contiguous(stream))
+            .map(|a| {
+                // A strided output (a transposed view) is copied and evaluated once more.
+                if !a.is_row_contiguous()? {
+                    stats::note_sync();
+                }
+                a.to_contiguous(stream)
+            })
             .collect::<mlx::Result<Vec<Array>>>()?;
         if let (Some(d), Some(kept)) = (decode, kept_inputs) {
             d.finish(&kept, &outputs);
         }
-        outputs
+        let outputs = outputs
             .into_iter()
             .zip(&plan.outputs)
             .map(|(array, slot)| {
@@ -508,7 +555,8 @@ impl Executable {
                     packed,
                 })
             })
-            .collect()
+            .collect::<Result<Vec<_>, RuntimeError>>()?;
+        Ok((outputs, path))
     }
 }
 

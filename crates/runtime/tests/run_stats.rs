@@ -1,0 +1,265 @@
+//! `Executable::run_stats`: the path that served each run and its host synchronisations.
+
+use onnx_ir::{Attribute, DataType, Dim, Graph, Node, TensorData, ValueInfo};
+use plan::CompileClass;
+use runtime::{Executable, InputTensor, RunPath, RunRecord, RuntimeOptions};
+
+fn graph(inputs: Vec<ValueInfo>, outputs: Vec<ValueInfo>, nodes: Vec<Node>) -> Graph {
+    let mut g = Graph {
+        inputs,
+        outputs,
+        nodes,
+        ..Graph::default()
+    };
+    g.opset_imports.insert(String::new(), 17);
+    g
+}
+
+fn typed(g: &mut Graph, name: &str, dtype: DataType) {
+    g.value_info.insert(
+        name.into(),
+        ValueInfo {
+            name: name.into(),
+            dtype: Some(dtype),
+            shape: None,
+        },
+    );
+}
+
+fn exe(g: &Graph, compile: bool) -> Executable {
+    let plan = plan::build_plan(g, &plan::Registry::default()).expect("plan");
+    let options = RuntimeOptions {
+        compile: Some(compile),
+        ..RuntimeOptions::default()
+    };
+    Executable::new(plan, &options).expect("executable")
+}
+
+fn named(mut n: Node, name: &str) -> Node {
+    n.name = name.into();
+    n
+}
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn i64_bytes(v: &[i64]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn dyn2(a: &str, b: &str) -> Vec<Dim> {
+    vec![Dim::Symbolic(a.into()), Dim::Symbolic(b.into())]
+}
+
+/// `y = relu(x + b)`: no host read, a contiguous output.
+fn plain() -> Graph {
+    let mut g = graph(
+        vec![ValueInfo::new("x", DataType::Float, dyn2("n", "c"))],
+        vec![ValueInfo::new("y", DataType::Float, dyn2("n", "c"))],
+        vec![
+            Node::new("Add", ["x", "b"], ["z"]),
+            Node::new("Relu", ["z"], ["y"]),
+        ],
+    );
+    g.initializers
+        .insert("b".into(), TensorData::from_f32(vec![], &[0.5]));
+    typed(&mut g, "z", DataType::Float);
+    g
+}
+
+fn run_plain(e: &Executable, n: i64) -> Vec<f32> {
+    let x: Vec<f32> = (0..n * 4).map(|i| i as f32 - 3.0).collect();
+    let out = e
+        .run(&[InputTensor {
+            dtype: DataType::Float,
+            dims: &[n, 4],
+            data: &f32_bytes(&x),
+        }])
+        .expect("run");
+    out[0]
+        .data()
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+#[test]
+fn a_plain_eager_run_synchronises_once_and_reads_nothing() {
+    let e = exe(&plain(), false);
+    assert_eq!(e.run_stats().runs, 0);
+    assert_eq!(e.run_stats().last, None);
+    for n in [1, 2, 3] {
+        let y = run_plain(&e, n);
+        assert_eq!(y[0], 0.0, "relu(-3 + 0.5)");
+        assert_eq!(y[4 * n as usize - 1], 4.0 * n as f32 - 4.0 + 0.5);
+        assert_eq!(
+            e.run_stats().last,
+            Some(RunRecord {
+                path: RunPath::Eager,
+                host_syncs: 1,
+                host_reads: 0
+            })
+        );
+    }
+    let s = e.run_stats();
+    assert_eq!((s.runs, s.eager, s.host_syncs, s.host_reads), (3, 3, 3, 0));
+    assert_eq!(s.max_host_syncs, 1);
+    assert!(e.plan().compile_blockers().is_empty(), "plain is shapeless");
+}
+
+#[test]
+fn compiled_runs_are_counted_per_slot() {
+    let g = plain();
+    let compiled = exe(&g, true);
+    let eager = exe(&g, false);
+    for n in [2, 2, 5] {
+        let (c, r) = (run_plain(&compiled, n), run_plain(&eager, n));
+        assert_eq!(c, r);
+        let last = compiled.run_stats().last.expect("a run");
+        assert_eq!(last.path, RunPath::GeneralCompiled);
+        assert_eq!((last.host_syncs, last.host_reads), (1, 0));
+    }
+    let s = compiled.run_stats();
+    assert_eq!((s.runs, s.general_compiled, s.eager), (3, 3, 0));
+    assert_eq!(eager.run_stats().eager, 3);
+}
+
+#[test]
+fn a_decode_shaped_run_of_a_shapeless_plan_uses_the_decode_slot() {
+    let mut g = graph(
+        vec![
+            ValueInfo::new("input_ids", DataType::Int64, dyn2("b", "s")),
+            ValueInfo::new("past", DataType::Float, dyn2("b", "p")),
+        ],
+        vec![ValueInfo::new("y", DataType::Float, dyn2("b", "t"))],
+        vec![
+            Node::new("Cast", ["input_ids"], ["ids_f"]).with_attr("to", Attribute::Int(1)),
+            Node::new("Concat", ["past", "ids_f"], ["cat"]).with_attr("axis", Attribute::Int(1)),
+            Node::new("Tanh", ["cat"], ["y"]),
+        ],
+    );
+    typed(&mut g, "ids_f", DataType::Float);
+    typed(&mut g, "cat", DataType::Float);
+    let e = exe(&g, true);
+    assert_eq!(e.plan().compile_class(), CompileClass::Shapeless);
+    let ids = i64_bytes(&[7]);
+    for past_len in [1i64, 2, 3] {
+        let past = f32_bytes(&vec![0.25; past_len as usize]);
+        let prompt = [
+            InputTensor {
+                dtype: DataType::Int64,
+                dims: &[1, 1],
+                data: &ids,
+            },
+            InputTensor {
+                dtype: DataType::Float,
+                dims: &[1, past_len],
+                data: &past,
+            },
+        ];
+        e.run(&prompt).expect("run");
+        let last = e.run_stats().last.unwrap();
+        assert_eq!(last.path, RunPath::DecodeCompiled);
+        assert_eq!(last.host_syncs, 1);
+    }
+    assert_eq!(e.run_stats().decode_compiled, 3);
+}
+
+/// `y = reshape(x, shape * 1)`: the shape is computed, so the run reads it back to the host.
+fn computed_shape() -> Graph {
+    let mut g = graph(
+        vec![
+            ValueInfo::new("x", DataType::Float, vec![Dim::Fixed(2), Dim::Fixed(3)]),
+            ValueInfo::new("shape", DataType::Int64, vec![Dim::Fixed(2)]),
+        ],
+        vec![ValueInfo::new(
+            "y",
+            DataType::Float,
+            vec![Dim::Unknown, Dim::Unknown],
+        )],
+        vec![
+            named(
+                Node::new("Mul", ["shape", "one"], ["shape2"]),
+                "scale_shape",
+            ),
+            named(
+                Node::new("Reshape", ["x", "shape2"], ["y"]),
+                "reshape_computed",
+            ),
+        ],
+    );
+    g.initializers
+        .insert("one".into(), TensorData::from_i64(vec![], &[1]));
+    typed(&mut g, "shape2", DataType::Int64);
+    g
+}
+
+#[test]
+fn a_host_read_is_a_synchronisation_and_keeps_the_plan_eager() {
+    let g = computed_shape();
+    // Compile on: the plan still runs eagerly, because a step reads a computed value.
+    let e = exe(&g, true);
+    assert_eq!(e.plan().compile_class(), CompileClass::Eager);
+    let blockers = e.plan().compile_blockers();
+    assert_eq!(blockers.len(), 1, "{blockers:?}");
+    assert_eq!(blockers[0].node, "reshape_computed");
+    assert_eq!(blockers[0].limits_to, CompileClass::Eager);
+    assert!(blockers[0].reason.contains("shape2"), "{}", blockers[0]);
+    let x = f32_bytes(&[0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+    let shape = i64_bytes(&[3, -1]);
+    for _ in 0..2 {
+        let out = e
+            .run(&[
+                InputTensor {
+                    dtype: DataType::Float,
+                    dims: &[2, 3],
+                    data: &x,
+                },
+                InputTensor {
+                    dtype: DataType::Int64,
+                    dims: &[2],
+                    data: &shape,
+                },
+            ])
+            .expect("run");
+        assert_eq!(out[0].dims, vec![3, 2]);
+        assert_eq!(
+            e.run_stats().last,
+            Some(RunRecord {
+                path: RunPath::Eager,
+                host_syncs: 2,
+                host_reads: 1
+            }),
+            "one read of the shape, then the final evaluation"
+        );
+    }
+    let s = e.run_stats();
+    assert_eq!((s.host_syncs, s.host_reads), (4, 2));
+    assert_eq!(e.cache_stats().compiles, 0);
+}
+
+#[test]
+fn a_strided_output_costs_one_more_synchronisation() {
+    let mut g = graph(
+        vec![ValueInfo::new("x", DataType::Float, dyn2("n", "c"))],
+        vec![ValueInfo::new("y", DataType::Float, dyn2("c", "n"))],
+        vec![
+            Node::new("Neg", ["x"], ["z"]),
+            Node::new("Transpose", ["z"], ["y"]),
+        ],
+    );
+    typed(&mut g, "z", DataType::Float);
+    let e = exe(&g, false);
+    let x = f32_bytes(&[0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+    let out = e
+        .run(&[InputTensor {
+            dtype: DataType::Float,
+            dims: &[2, 3],
+            data: &x,
+        }])
+        .expect("run");
+    assert_eq!(out[0].dims, vec![3, 2]);
+    let last = e.run_stats().last.unwrap();
+    assert_eq!((last.host_syncs, last.host_reads), (2, 0), "{last:?}");
+}

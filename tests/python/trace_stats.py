@@ -1,0 +1,105 @@
+"""Per-run counters of the MLX EP, read back from its Chrome trace (``ORTMLX_TRACE``).
+
+Every ``compute`` event of a fused node carries the run's ``path`` (``decode``, ``prefill``,
+``general``: a compiled closure of that slot; ``eager``), ``host_syncs`` (times the run waited
+for MLX: host reads plus the final evaluation) and ``host_reads`` (computed tensors read back to
+the host mid-run). When a fused node is released its totals come as a ``run_stats`` event. The
+EP writes the trace when a session's EP is released and at process exit, so read it after
+deleting the sessions (or in a child process)."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import os
+
+
+@dataclasses.dataclass
+class NodeRuns:
+    """The runs of one fused node."""
+
+    runs: int = 0
+    paths: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    host_syncs: int = 0
+    host_reads: int = 0
+    max_host_syncs: int = 0
+    #: Per run, in order: (path, host_syncs, host_reads).
+    per_run: list = dataclasses.field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {
+            "runs": self.runs,
+            "paths": dict(self.paths),
+            "host_syncs": self.host_syncs,
+            "host_reads": self.host_reads,
+            "max_host_syncs": self.max_host_syncs,
+            "host_syncs_per_run": self.host_syncs / self.runs if self.runs else 0.0,
+            "host_reads_per_run": self.host_reads / self.runs if self.runs else 0.0,
+        }
+
+
+def read_trace(path: str | os.PathLike) -> dict:
+    with open(path) as f:
+        return json.load(f)
+
+
+def node_runs(trace: dict) -> dict[str, NodeRuns]:
+    """Per fused node, the counters of its ``compute`` events (runs that failed carry none)."""
+    out: dict[str, NodeRuns] = {}
+    events = sorted((e for e in trace.get("traceEvents", []) if e.get("ph") == "X" and e.get("cat") == "compute"), key=lambda e: e["ts"])
+    for e in events:
+        args = e.get("args", {})
+        if "path" not in args:
+            continue
+        n = out.setdefault(e["name"], NodeRuns())
+        n.runs += 1
+        n.paths[args["path"]] += 1
+        n.host_syncs += int(args["host_syncs"])
+        n.host_reads += int(args["host_reads"])
+        n.max_host_syncs = max(n.max_host_syncs, int(args["host_syncs"]))
+        n.per_run.append((args["path"], int(args["host_syncs"]), int(args["host_reads"])))
+    return out
+
+
+def totals(trace: dict) -> dict[str, dict]:
+    """Per fused node, the ``run_stats`` event written when it was released."""
+    return {e["name"]: e.get("args", {}) for e in trace.get("traceEvents", []) if e.get("cat") == "run_stats"}
+
+
+def summary(trace: dict) -> dict:
+    """All fused nodes together: runs by path, host syncs and reads per session run (the nodes of
+    one session run one after the other, so per-node counts add up)."""
+    nodes = node_runs(trace)
+    paths: collections.Counter = collections.Counter()
+    for n in nodes.values():
+        paths.update(n.paths)
+    return {
+        "fused_nodes": len(nodes),
+        "node_runs": sum(n.runs for n in nodes.values()),
+        "paths": dict(paths),
+        "host_syncs": sum(n.host_syncs for n in nodes.values()),
+        "host_reads": sum(n.host_reads for n in nodes.values()),
+        "nodes": {name: n.as_dict() for name, n in nodes.items()},
+    }
+
+
+class TraceCursor:
+    """Reads the counters of the runs traced since the previous call (the trace file only grows
+    within a process; it is rewritten whenever an EP is released)."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = path
+        self.seen = 0
+
+    def since_last(self) -> dict | None:
+        """The :func:`summary` of the compute events added since the last call, or ``None`` when
+        there is no trace file (``ORTMLX_TRACE`` unset, or nothing released yet)."""
+        try:
+            trace = read_trace(self.path)
+        except (OSError, ValueError):
+            return None
+        events = sorted((e for e in trace.get("traceEvents", []) if e.get("ph") == "X" and e.get("cat") == "compute"), key=lambda e: e["ts"])
+        new = events[self.seen :]
+        self.seen = len(events)
+        return summary({"traceEvents": new})
