@@ -314,30 +314,17 @@ fn lower_nan_rule(
         keepdims,
         out: idx,
     });
+    // isnan(x) at position 0 of the axis, taken with a constant index (a scalar drops the axis,
+    // a one-element index keeps it): `Take` keeps the plan shapeless.
+    let dims = if keepdims { vec![1] } else { Vec::new() };
+    let position = ctx.constant(onnx_ir::TensorData::from_i64(dims, &[0]));
     let first = ctx.temp(DataType::Bool);
-    ctx.push(Step::Slice {
+    ctx.push(Step::Take {
         x: isnan,
-        spec: crate::step::SliceSpec {
-            starts: ShapeSource::Static(vec![0]),
-            ends: ShapeSource::Static(vec![1]),
-            axes: Some(ShapeSource::Static(vec![axis])),
-            steps: None,
-        },
+        indices: position,
+        axis: axis as i32,
         out: first,
     });
-    let first = if keepdims {
-        first
-    } else {
-        let squeezed = ctx.temp(DataType::Bool);
-        ctx.push(Step::Reshape {
-            x: first,
-            target: crate::step::ReshapeTarget::Squeeze {
-                axes: Some(ShapeSource::Static(vec![axis])),
-            },
-            out: squeezed,
-        });
-        squeezed
-    };
     let zero = ctx.scalar(DataType::Uint32, 0.0)?;
     let out = ctx.temp(DataType::Uint32);
     ctx.push(Step::Where {
