@@ -19,7 +19,7 @@ pub fn register(r: &mut Registry) {
     r.op(ML, "LinearRegressor", 1, ML_MAX, claim_regressor, lower_regressor)
         .notes("float32 `[N, C]`/`[C]`; post transforms but PROBIT (a single target ignores them, as in ORT)");
     r.op(ML, "LinearClassifier", 1, ML_MAX, claim_classifier, lower_classifier)
-        .notes("float32 `[N, C]`, `classlabels_ints`; binary form with one coefficient row; PROBIT and string labels declined");
+        .notes("float32 `[N, C]`, `classlabels_ints`; binary form with one coefficient row (LOGISTIC as ORT 1.31); PROBIT and string labels declined");
 }
 
 /// ORT's post transforms of scores.
@@ -255,7 +255,8 @@ fn lower_classifier(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     let s = scores(ctx, node, &a, rows)?;
     let (label, y) = if rows == 1 {
         // Binary: label l[1] where the score is positive; scores [1 - p, p] with p the score
-        // (LOGISTIC: its sigmoid; SOFTMAX and SOFTMAX_ZERO leave it as is, as ORT does).
+        // (LOGISTIC: its sigmoid, as ORT 1.31 does, where 1.23 left it as is; SOFTMAX and
+        // SOFTMAX_ZERO leave it as is).
         let zero = ctx.scalar(f, 0.0)?;
         let pos = ctx.binary(BinaryOp::Greater, s, zero, f);
         let lpos = ctx.scalar(i, l[1] as f64)?;
