@@ -370,6 +370,22 @@ def test_linear_classifier_binary(post, labels):
     check(classifier(1, labels, post), {"x": randn(16, 4, seed=2)}, GEMM, "LinearClassifier")
 
 
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_linear_classifier_integer_input(dtype):
+    # ORT converts the integers to float32 first (2^24 + 1 rounds to 2^24).
+    x = np.array([[16777217, 3, -5, 0], [1, 2, 3, 4], [-7, 0, 9, 2]], dtype)
+    t = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    m = ml_model(
+        "LinearClassifier",
+        [("x", t, ["N", 4])],
+        [("label", I64), ("scores", F32)],
+        coefficients=[1.0, 0.5, 0.25, 0.0, -0.1, 0.0, 0.1, 1.0],
+        intercepts=[0.5, -0.5],
+        classlabels_ints=[4, 9],
+    )
+    check(m, {"x": x}, GEMM)
+
+
 def test_linear_classifier_declines():
     # PROBIT (here of a binary model, whose second score column ORT leaves unwritten).
     m = classifier(1, [0, 1], "PROBIT")

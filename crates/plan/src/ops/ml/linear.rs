@@ -19,7 +19,7 @@ pub fn register(r: &mut Registry) {
     r.op(ML, "LinearRegressor", 1, ML_MAX, claim_regressor, lower_regressor)
         .notes("float32 `[N, C]`/`[C]`; post transforms but PROBIT (a single target ignores them, as in ORT)");
     r.op(ML, "LinearClassifier", 1, ML_MAX, claim_classifier, lower_classifier)
-        .notes("float32 `[N, C]`, `classlabels_ints`; binary form with one coefficient row (LOGISTIC as ORT 1.31); PROBIT and string labels declined");
+        .notes("float32 (int32/int64 converted to it, as ORT) `[N, C]`, `classlabels_ints`; binary form with one coefficient row (LOGISTIC as ORT 1.31); PROBIT and string labels declined");
 }
 
 /// ORT's post transforms of scores.
@@ -93,12 +93,15 @@ fn check_coefficients(ctx: &ClaimCtx, node: &Node, a: &Linear, rows: usize) -> R
     Ok(())
 }
 
-/// `X @ W^T (+ b)` as float32 `[N, rows]` (a 1-D X is one row).
+/// `X @ W^T (+ b)` as float32 `[N, rows]` (a 1-D X is one row; integers become float32).
 fn scores(ctx: &mut LowerCtx, node: &Node, a: &Linear, rows: usize) -> Result<Slot, PlanError> {
     let f = DataType::Float;
     let c = lower_features(ctx, node, 0)?;
     let rank = ctx.need_rank(node, 0)?;
+    let dt = ctx.input_dtype(node, 0)?;
     let x = ctx.input(node, 0)?;
+    // ORT converts integer inputs to float32 before its GEMM.
+    let x = ctx.cast(x, dt, f);
     let x = if rank == 1 {
         crate::ops::microsoft::unsqueeze(ctx, x, 0, f)
     } else {
@@ -209,7 +212,11 @@ fn labels(node: &Node) -> Result<Vec<i64>, String> {
 }
 
 fn claim_classifier(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
-    ctx.expect_dtype(node, 0, &[DataType::Float])?;
+    ctx.expect_dtype(
+        node,
+        0,
+        &[DataType::Float, DataType::Int32, DataType::Int64],
+    )?;
     no_strings(node, "classlabels_strings")?;
     let a = linear_attrs(node).or_decline()?;
     let l = labels(node).or_decline()?;

@@ -32,7 +32,7 @@ pub fn register(r: &mut Registry) {
 
 /// The declared dims of input `i`.
 fn in_dims(ctx: &ClaimCtx, node: &Node, i: usize) -> Option<Vec<onnx_ir::Dim>> {
-    super::microsoft::dims_of(ctx, node.input(i)?)
+    crate::ops::microsoft::dims_of(ctx, node.input(i)?)
 }
 
 /// Declines unless input `i` has rank 1 or 2 (ORT's `[C]` or `[N, C]`); returns the rank.
@@ -77,7 +77,7 @@ fn no_strings(node: &Node, name: &str) -> Result<(), Decline> {
 
 /// The fixed feature count of input `i` at lowering time.
 fn lower_features(ctx: &LowerCtx, node: &Node, i: usize) -> Result<i64, PlanError> {
-    match super::microsoft::lower_last_dim(ctx, node, i) {
+    match crate::ops::microsoft::lower_last_dim(ctx, node, i) {
         Some(c) => Ok(c),
         None => crate::plan::invalid!(node, "the feature count of input {i} is unknown"),
     }
@@ -124,9 +124,9 @@ fn sequential_sum(ctx: &mut LowerCtx, x: Slot, c: i64, dt: DataType) -> Result<S
     if c == 0 {
         return ctx.scalar(dt, 0.0);
     }
-    let mut acc = super::microsoft::slice_last(ctx, x, 0, 1, 1, dt);
+    let mut acc = crate::ops::microsoft::slice_last(ctx, x, 0, 1, 1, dt);
     for j in 1..c {
-        let col = super::microsoft::slice_last(ctx, x, j, j + 1, 1, dt);
+        let col = crate::ops::microsoft::slice_last(ctx, x, j, j + 1, 1, dt);
         acc = ctx.binary(BinaryOp::Add, acc, col, dt);
     }
     Ok(acc)

@@ -269,7 +269,7 @@ fn lower_afe(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     let rank = ctx.need_rank(node, 0)?;
     let x = ctx.input(node, 0)?;
     let y = ctx.input(node, 1)?;
-    let idx = super::super::microsoft::reshape_to(ctx, y, &[-1], DataType::Int64);
+    let idx = crate::ops::microsoft::reshape_to(ctx, y, &[-1], DataType::Int64);
     // ORT rejects indices outside [0, C).
     let c = ctx.temp(DataType::Int64);
     ctx.push(Step::Shape {
@@ -294,7 +294,7 @@ fn lower_afe(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
         out,
     });
     let out = if rank == 1 {
-        super::super::microsoft::unsqueeze(ctx, out, 0, dt)
+        crate::ops::microsoft::unsqueeze(ctx, out, 0, dt)
     } else {
         out
     };
@@ -346,7 +346,7 @@ fn lower_fv(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
         let rank = ctx.need_rank(node, i)?;
         let x = ctx.input(node, i)?;
         let x = if rank == 1 {
-            super::super::microsoft::unsqueeze(ctx, x, 0, dt)
+            crate::ops::microsoft::unsqueeze(ctx, x, 0, dt)
         } else {
             x
         };
@@ -355,7 +355,7 @@ fn lower_fv(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     let y = if parts.len() == 1 {
         parts[0]
     } else {
-        super::super::microsoft::concat(ctx, parts, 1, DataType::Float)
+        crate::ops::microsoft::concat(ctx, parts, 1, DataType::Float)
     };
     if node.inputs.len() == 1 && y == ctx.input(node, 0)? {
         ctx.alias(node, 0, y);
@@ -392,7 +392,7 @@ fn lower_ohe(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     let x = ctx.input(node, 0)?;
     // ORT converts a float to int64 (truncation toward zero), as mlx_astype does.
     let xi = ctx.cast(x, dt, DataType::Int64);
-    let xi = super::super::microsoft::unsqueeze(ctx, xi, rank as i64, DataType::Int64);
+    let xi = crate::ops::microsoft::unsqueeze(ctx, xi, rank as i64, DataType::Int64);
     let k = i64_const(ctx, vec![cats.len() as i64], &cats);
     let eq = ctx.binary(BinaryOp::Equal, xi, k, DataType::Int64);
     if zeros == 0 {
@@ -537,7 +537,7 @@ fn lower_label_encoder(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError>
         Vec::new()
     };
     let x = ctx.input(node, 0)?;
-    let xe = super::super::microsoft::unsqueeze(ctx, x, rank as i64, dt);
+    let xe = crate::ops::microsoft::unsqueeze(ctx, x, rank as i64, dt);
     let k = ctx.constant(keys);
     let mut eq = ctx.binary(BinaryOp::Equal, xe, k, dt);
     if nan_keys.iter().any(|&b| b) {
