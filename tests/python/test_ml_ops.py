@@ -402,3 +402,17 @@ def test_linear_classifier_declines():
         classlabels_strings=["a", "b"],
     )
     check_declined(m, {"x": randn(3, 2)})
+
+
+def test_empty_batch():
+    # An empty batch gives empty outputs, as on ORT's CPU EP (MLX refuses to arg-reduce a
+    # zero-size array; the runtime answers it with the empty result).
+    cases = [
+        (classifier(3, [1, 2, 3], "SOFTMAX"), {"x": np.zeros((0, 4), np.float32)}),
+        (classifier(1, [1, 2], "LOGISTIC"), {"x": np.zeros((0, 4), np.float32)}),
+        (ml_model("LabelEncoder", [("x", I64, ["N"])], [("y", F32)], ml_opset=2, keys_int64s=[1], values_floats=[2.0]), {"x": np.zeros((0,), np.int64)}),
+        (ml_model("Normalizer", [("x", F32, ["N", 3])], [("y", F32)], norm="MAX"), {"x": np.zeros((0, 3), np.float32)}),
+        (ml_model("OneHotEncoder", [("x", I64, ["N"])], [("y", F32)], cats_int64s=[1, 2], zeros=0), {"x": np.zeros((0,), np.int64)}),
+    ]
+    for model, feeds in cases:
+        check(model, feeds)
