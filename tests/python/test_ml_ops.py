@@ -338,7 +338,7 @@ def test_linear_regressor_without_intercepts_and_one_dim():
 # LinearClassifier
 
 
-def classifier(rows: int, labels: Sequence[int], post: str, c: int = 4, seed: int = 21) -> onnx.ModelProto:
+def classifier(rows: int, labels: Sequence[int], post: str, c: int = 4, seed: int = 21, **extra) -> onnx.ModelProto:
     return ml_model(
         "LinearClassifier",
         [("x", F32, ["N", c])],
@@ -347,6 +347,7 @@ def classifier(rows: int, labels: Sequence[int], post: str, c: int = 4, seed: in
         intercepts=randn(rows, seed=seed + 1).tolist(),
         classlabels_ints=list(labels),
         post_transform=post,
+        **extra,
     )
 
 
@@ -368,6 +369,15 @@ def test_linear_classifier_binary(post, labels):
     if post == "LOGISTIC" and ORT_VERSION <= (1, 23):
         pytest.skip("ORT 1.23 leaves a binary model's LOGISTIC scores untransformed; the EP follows newer ORT (1.31: [1 - sigmoid(s), sigmoid(s)])")
     check(classifier(1, labels, post), {"x": randn(16, 4, seed=2)}, GEMM, "LinearClassifier")
+
+
+@pytest.mark.parametrize("rows, labels", [(1, [3, 7]), (3, [1, 2, 3])])
+def test_linear_classifier_multi_class_attribute(rows, labels):
+    # ORT's kernel reads multi_class but computes the same either way.
+    for post in ["NONE", "LOGISTIC", "SOFTMAX"]:
+        if rows == 1 and post == "LOGISTIC" and ORT_VERSION <= (1, 23):
+            continue  # see test_linear_classifier_binary
+        check(classifier(rows, labels, post, multi_class=1), {"x": randn(8, 4, seed=4)}, GEMM, "LinearClassifier")
 
 
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])
