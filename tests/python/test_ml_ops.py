@@ -28,6 +28,11 @@ F32, I64, I32 = TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32
 EXACT = dict(rtol=0.0, atol=0.0)
 #: Scores of a matrix product and ORT's vectorised transforms (a few float32 steps).
 GEMM = dict(rtol=1e-6, atol=1e-7)
+#: SVM scores: kernels of dot products and their weighted sum, which ORT's GEMM (and its
+#: exp / tanh / pow) round in their own order; the sums (of ~50 terms for the scikit-learn
+#: models) cancel, so a few float32 steps of the terms show as up to 4e-6 relative on small
+#: scores (1.7e-6 absolute).
+SVM = dict(rtol=5e-6, atol=1e-6)
 #: ORT's own version: the binary LinearClassifier's LOGISTIC changed after 1.23.
 ORT_VERSION = tuple(int(p) for p in ort.__version__.split(".")[:2])
 
@@ -426,3 +431,33 @@ def test_empty_batch():
     ]
     for model, feeds in cases:
         check(model, feeds)
+
+
+# ---------------------------------------------------------------------------------------------
+# SVMRegressor
+
+
+def svm_regressor(kernel: str, supports: int, c: int = 4, one_class: int = 0, params=(0.3, 0.5, 3.0)) -> onnx.ModelProto:
+    attrs = dict(kernel_type=kernel, kernel_params=list(params), rho=[0.25], one_class=one_class)
+    if supports:
+        attrs.update(n_supports=supports, support_vectors=randn(supports * c, seed=31).tolist(), coefficients=randn(supports, seed=32).tolist())
+    else:
+        attrs.update(coefficients=randn(c, seed=33).tolist())
+    return ml_model("SVMRegressor", [("x", F32, ["N", c])], [("y", F32)], **attrs)
+
+
+@pytest.mark.parametrize("kernel", ["LINEAR", "POLY", "RBF", "SIGMOID"])
+@pytest.mark.parametrize("one_class", [0, 1])
+def test_svm_regressor(kernel, one_class):
+    x = randn(12, 4, seed=34) * 0.5
+    check(svm_regressor(kernel, 6, one_class=one_class), {"x": x}, SVM)
+
+
+def test_svm_regressor_linear_model():
+    check(svm_regressor("LINEAR", 0), {"x": randn(5, 4)}, GEMM)
+
+
+def test_svm_regressor_post_transform_stays_on_cpu():
+    m = svm_regressor("RBF", 3)
+    m.graph.node[0].attribute.append(helper.make_attribute("post_transform", "LOGISTIC"))
+    check_declined(m, {"x": randn(3, 4)})

@@ -20,6 +20,7 @@ pytest.importorskip("skl2onnx", reason="skl2onnx is installed only in the newest
 
 from sklearn.impute import SimpleImputer  # noqa: E402
 from sklearn.linear_model import LinearRegression, LogisticRegression  # noqa: E402
+from sklearn.svm import SVR  # noqa: E402
 from sklearn.preprocessing import Binarizer, MaxAbsScaler, Normalizer, OneHotEncoder, StandardScaler  # noqa: E402
 from skl2onnx import to_onnx  # noqa: E402
 
@@ -27,6 +28,7 @@ from conftest import check_against_cpu  # noqa: E402
 
 EXACT = dict(rtol=0.0, atol=0.0)
 GEMM = dict(rtol=1e-6, atol=1e-7)
+SVM = dict(rtol=5e-6, atol=1e-6)
 
 
 def data(n: int = 40, c: int = 5, seed: int = 0) -> np.ndarray:
@@ -98,3 +100,12 @@ def test_one_hot_encoder_over_ints():
     m = export(OneHotEncoder(handle_unknown="ignore").fit(x), x)
     feed = np.random.default_rng(9).integers(0, 6, (12, 3)).astype(np.int64)  # 5 is unknown
     check_against_cpu(m, {"X": feed}, ["OneHotEncoder"], **EXACT)
+
+
+@pytest.mark.parametrize("kernel", ["linear", "poly", "rbf", "sigmoid"])
+def test_svr(kernel):
+    x = data(50) * 0.3
+    y = x @ np.array([1.0, -2.0, 0.5, 3.0, 0.25]) + np.sin(x[:, 0])
+    m = export(SVR(kernel=kernel, degree=2, gamma=0.2, coef0=0.5, C=2.0).fit(x, y), x)
+    assert ml_ops(m) == ["SVMRegressor"]
+    check_against_cpu(m, {"X": data(20, seed=10) * 0.3}, ["SVMRegressor"], **SVM)

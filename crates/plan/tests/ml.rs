@@ -337,3 +337,31 @@ impl Features for G {
         g
     }
 }
+
+#[test]
+fn svm_regressor() {
+    let svm = |kernel: &str, post: &str, supports: i64, svs: usize| {
+        one(
+            "SVMRegressor",
+            1,
+            F,
+            &[-1, 2],
+            F,
+            &[
+                ("kernel_type", string(kernel)),
+                ("post_transform", string(post)),
+                ("n_supports", int(supports)),
+                ("support_vectors", floats(&vec![0.5; svs])),
+                ("coefficients", floats(&vec![1.0; supports.max(2) as usize])),
+                ("rho", floats(&[0.1])),
+            ],
+        )
+    };
+    for kernel in ["LINEAR", "POLY", "RBF", "SIGMOID"] {
+        plan_of(&svm(kernel, "NONE", 3, 6).build());
+    }
+    claim(&svm("LINEAR", "NONE", 0, 0), 0).unwrap();
+    declined(&svm("RBF", "LOGISTIC", 3, 6), 0, "NONE only");
+    declined(&svm("CUBIC", "NONE", 3, 6), 0, "kernel_type 'CUBIC'");
+    declined(&svm("RBF", "NONE", 3, 5), 0, "5 support-vector values");
+}

@@ -1,6 +1,6 @@
 //! The `ai.onnx.ml` domain (classical machine learning): preprocessing ops (Scaler,
 //! Normalizer, Binarizer, Imputer, ArrayFeatureExtractor, FeatureVectorizer, OneHotEncoder,
-//! LabelEncoder) and linear models (LinearRegressor, LinearClassifier).
+//! LabelEncoder), linear models (LinearRegressor, LinearClassifier) and SVMRegressor.
 //!
 //! Each lowering follows ONNX Runtime's CPU kernel (which defines the numbers users compare
 //! against): its accepted element types, its shape rules (most kernels read the input as
@@ -17,6 +17,7 @@ use crate::step::{ReduceAxes, ReduceOp};
 
 pub mod linear;
 pub mod preprocess;
+pub mod svm;
 
 /// The `ai.onnx.ml` domain.
 pub(crate) const ML: &str = "ai.onnx.ml";
@@ -28,6 +29,7 @@ pub(crate) const ML_MAX: i64 = 5;
 pub fn register(r: &mut Registry) {
     preprocess::register(r);
     linear::register(r);
+    svm::register(r);
 }
 
 /// The declared dims of input `i`.
