@@ -27,6 +27,29 @@ pub const LATEST_ORT: &str = "1.31.1";
 /// the backend node tests and stamps models ORT 1.31.1 accepts.
 pub const COMMON_PINS: [&str; 3] = ["onnx==1.21.0", "numpy==2.3.5", "pytest==9.2.0"];
 
+/// Pins of the [`LATEST_ORT`] environment: [`COMMON_PINS`] plus scikit-learn and skl2onnx,
+/// whose exported models `tests/python/test_ml_sklearn.py` runs (the other environments lack
+/// them and skip it). scikit-learn 1.9.1 and skl2onnx 1.20.0 install beside onnx 1.21.0 and
+/// numpy 2.3.5 (skl2onnx pins no protobuf).
+pub const LATEST_PINS: [&str; 5] = [
+    "onnx==1.21.0",
+    "numpy==2.3.5",
+    "pytest==9.2.0",
+    "scikit-learn==1.9.1",
+    "skl2onnx==1.20.0",
+];
+
+/// The folder-name prefix of the environment holding `pins`. Environments live in a cache
+/// that other checkouts share, so one with other pins gets its own folder: a checkout
+/// without the extra pins keeps reusing `venv-ort<version>` instead of rebuilding it.
+fn venv_prefix(pins: &[&str]) -> &'static str {
+    if pins == LATEST_PINS {
+        "venv-sklearn-ort"
+    } else {
+        "venv-ort"
+    }
+}
+
 /// The newest ONNX Runtime on PyPI, in an environment of its own with the newest onnx: onnx
 /// stamps models with an `ai.onnx` opset newer than the planner's newest, which only this
 /// ORT loads. `tests/python/test_opset_forward.py` runs there (the opset-forward stage of
@@ -62,7 +85,7 @@ pub enum Scope {
 pub struct Venv {
     /// The ONNX Runtime version installed in it.
     pub ort_version: &'static str,
-    /// The other pins installed in it ([`COMMON_PINS`] or [`FORWARD_PINS`]).
+    /// The other pins installed in it ([`COMMON_PINS`], [`LATEST_PINS`] or [`FORWARD_PINS`]).
     pub pins: &'static [&'static str],
     /// Its folder.
     pub dir: PathBuf,
@@ -86,7 +109,12 @@ pub fn run(scope: Scope) -> Result<Vec<Venv>> {
         Scope::SystemOnly => Vec::new(),
     };
     for ort_version in versions {
-        venvs.push(provision(&python, ort_version, &COMMON_PINS, "venv-ort")?);
+        let pins: &'static [&'static str] = if ort_version == LATEST_ORT {
+            &LATEST_PINS
+        } else {
+            &COMMON_PINS
+        };
+        venvs.push(provision(&python, ort_version, pins, venv_prefix(pins))?);
     }
     let forward = match scope {
         Scope::All => Some(provision(
@@ -369,4 +397,16 @@ fn ensure_venv(python: &Python, venv: &Venv) -> Result<()> {
     fs::write(&marker, marker_text).with_context(|| format!("writing {}", marker.display()))?;
     println!("ready: {}", venv.dir.display());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_latest_pins_extend_the_common_ones_in_a_folder_of_their_own() {
+        assert_eq!(LATEST_PINS[..COMMON_PINS.len()], COMMON_PINS[..]);
+        assert_eq!(venv_prefix(&COMMON_PINS), "venv-ort");
+        assert_eq!(venv_prefix(&LATEST_PINS), "venv-sklearn-ort");
+    }
 }

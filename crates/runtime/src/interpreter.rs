@@ -386,11 +386,12 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
             axis,
             keepdims,
             ..
-        } => match op {
-            ArgReduceOp::ArgMax => {
+        } => match (op, empty_arg_reduce(slots.get(*x)?, *axis, *keepdims)) {
+            (_, Some(shape)) => ops::zeros(&shape, Dtype::Uint32, s).map_err(err)?,
+            (ArgReduceOp::ArgMax, None) => {
                 ops::argmax_axis(slots.get(*x)?, *axis, *keepdims, s).map_err(err)?
             }
-            ArgReduceOp::ArgMin => {
+            (ArgReduceOp::ArgMin, None) => {
                 ops::argmin_axis(slots.get(*x)?, *axis, *keepdims, s).map_err(err)?
             }
         },
@@ -862,4 +863,36 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
         .ok_or_else(|| RuntimeError("step without output".into()))?;
     slots.set(*out, out_value);
     Ok(())
+}
+
+/// `axis` counted from the front of a rank-`rank` shape.
+fn normalized(axis: i32, rank: usize) -> usize {
+    if axis < 0 {
+        (axis + rank as i32).max(0) as usize
+    } else {
+        axis as usize
+    }
+}
+
+/// For an arg-reduction of a zero-size `x` along a non-empty `axis`, the (empty) result's
+/// shape. MLX refuses to arg-reduce any zero-size array ("Cannot argmax reduce zero size
+/// array"), even when the reduced axis itself has elements (an empty batch), where the result
+/// is simply empty. `None` otherwise (an empty axis stays MLX's error).
+fn empty_arg_reduce(x: &Array, axis: i32, keepdims: bool) -> Option<Vec<i32>> {
+    let shape = x.shape();
+    let a = normalized(axis, shape.len());
+    if x.size() != 0 || shape.get(a).is_none_or(|&d| d == 0) {
+        return None;
+    }
+    Some(
+        shape
+            .iter()
+            .enumerate()
+            .filter_map(|(i, &d)| match (i == a, keepdims) {
+                (false, _) => Some(d),
+                (true, true) => Some(1),
+                (true, false) => None,
+            })
+            .collect(),
+    )
 }

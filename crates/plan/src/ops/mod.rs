@@ -23,6 +23,7 @@ pub mod layout;
 pub mod linalg;
 pub mod matmul;
 pub mod microsoft;
+pub mod ml;
 pub mod nn;
 pub mod norm;
 pub mod normalize;
@@ -65,6 +66,7 @@ pub fn register_all(r: &mut Registry) {
     signal::register(r);
     transformer::register(r);
     microsoft::register(r);
+    ml::register(r);
     recurrent::register(r);
 }
 

@@ -1,0 +1,367 @@
+//! Claims, declines (with their reasons) and lowerings of the `ai.onnx.ml` family.
+
+mod common;
+
+use common::*;
+use onnx_ir::{Attribute, DataType, TensorData};
+use plan::Step;
+
+const ML: &str = "ai.onnx.ml";
+const F: DataType = DataType::Float;
+const I64: DataType = DataType::Int64;
+
+/// A graph importing `ai.onnx.ml` opset `ml`, with input `x` of `dt` and `dims` (`-1`: a
+/// symbolic dim) and one node of `op` reading it into `y`.
+fn one(
+    op: &str,
+    ml: i64,
+    dt: DataType,
+    dims: &[i64],
+    out: DataType,
+    attrs: &[(&str, Attribute)],
+) -> G {
+    let mut g = G::new(17);
+    g.g.opset_imports.insert(ML.into(), ml);
+    g.input("x", dt, dims);
+    g.output_any("y", out);
+    let n = g.node(op, &["x"], &["y"]);
+    n.domain = ML.into();
+    for (k, v) in attrs {
+        n.attr(k, v.clone());
+    }
+    g
+}
+
+fn floats(v: &[f32]) -> Attribute {
+    Attribute::Floats(v.to_vec())
+}
+
+fn strings(v: &[&str]) -> Attribute {
+    Attribute::Strings(v.iter().map(|s| s.as_bytes().to_vec()).collect())
+}
+
+#[test]
+fn scaler_claims_per_feature_and_single_values() {
+    let per = [
+        ("offset", floats(&[1.0, 2.0])),
+        ("scale", floats(&[0.5, 3.0])),
+    ];
+    claim(&one("Scaler", 1, F, &[-1, 2], F, &per), 0).unwrap();
+    claim(&one("Scaler", 1, I64, &[2], F, &per), 0).unwrap();
+    let single = [("offset", floats(&[1.0])), ("scale", floats(&[0.5]))];
+    let p = plan_of(&one("Scaler", 1, F, &[2, 3, 4], F, &single).build());
+    assert_eq!(count(&p, |s| matches!(s, Step::Binary { .. })), 2);
+}
+
+#[test]
+fn scaler_declines_what_ort_rejects_or_reads_otherwise() {
+    let per = [
+        ("offset", floats(&[1.0, 2.0])),
+        ("scale", floats(&[0.5, 3.0])),
+    ];
+    declined(
+        &one("Scaler", 1, F, &[-1, 3], F, &per),
+        0,
+        "2 scale values for 3 features",
+    );
+    declined(&one("Scaler", 1, F, &[2, 2, 2], F, &per), 0, "rank 3");
+    declined(&one("Scaler", 1, F, &[-1, -1], F, &per), 0, "feature count");
+    let uneven = [("offset", floats(&[1.0])), ("scale", floats(&[0.5, 3.0]))];
+    declined(
+        &one("Scaler", 1, F, &[2, 2], F, &uneven),
+        0,
+        "same non-zero number",
+    );
+    declined(
+        &one("Scaler", 1, DataType::Double, &[2, 2], F, &per),
+        0,
+        "double",
+    );
+}
+
+#[test]
+fn normalizer_norms_and_types() {
+    for norm in ["MAX", "L1", "L2"] {
+        claim(
+            &one("Normalizer", 1, F, &[-1, 4], F, &[("norm", string(norm))]),
+            0,
+        )
+        .unwrap();
+    }
+    claim(
+        &one(
+            "Normalizer",
+            1,
+            I64,
+            &[-1, 4],
+            F,
+            &[("norm", string("MAX"))],
+        ),
+        0,
+    )
+    .unwrap();
+    declined(
+        &one("Normalizer", 1, I64, &[-1, 4], F, &[("norm", string("L2"))]),
+        0,
+        "float32 only",
+    );
+    declined(
+        &one(
+            "Normalizer",
+            1,
+            F,
+            &[2, 2, 2],
+            F,
+            &[("norm", string("MAX"))],
+        ),
+        0,
+        "rank 3",
+    );
+    declined(
+        &one("Normalizer", 1, F, &[2, 2], F, &[("norm", string("L3"))]),
+        0,
+        "'L3'",
+    );
+    declined(
+        &one("Normalizer", 1, F, &[2, 600], F, &[("norm", string("L1"))]),
+        0,
+        "up to 512",
+    );
+    // L1 over 4 features: the row sum is 3 adds of column slices (ORT's order).
+    let p = plan_of(&one("Normalizer", 1, F, &[-1, 4], F, &[("norm", string("L1"))]).build());
+    assert_eq!(count(&p, |s| matches!(s, Step::Slice { .. })), 4);
+    assert_eq!(count(&p, |s| matches!(s, Step::Reduce { .. })), 0);
+}
+
+#[test]
+fn binarizer_and_imputer() {
+    claim(
+        &one("Binarizer", 1, F, &[-1, 3], F, &[("threshold", float(0.5))]),
+        0,
+    )
+    .unwrap();
+    declined(&one("Binarizer", 1, I64, &[3], I64, &[]), 0, "int64");
+    let imp = [("imputed_value_floats", floats(&[1.0, 2.0, 3.0]))];
+    claim(&one("Imputer", 1, F, &[-1, 3], F, &imp), 0).unwrap();
+    declined(
+        &one("Imputer", 1, F, &[-1, 2], F, &imp),
+        0,
+        "3 imputed values for 2 features",
+    );
+    declined(
+        &one("Imputer", 1, I64, &[-1, 3], I64, &imp),
+        0,
+        "imputed_value_floats",
+    );
+    let imp = [
+        ("imputed_value_int64s", ints(&[7])),
+        ("replaced_value_int64", int(-1)),
+    ];
+    claim(&one("Imputer", 1, I64, &[-1, 3, 2], I64, &imp), 0).unwrap();
+    declined(
+        &one("Imputer", 1, DataType::Int32, &[3], DataType::Int32, &imp),
+        0,
+        "int32",
+    );
+}
+
+#[test]
+fn one_hot_encoder() {
+    let cats = [("cats_int64s", ints(&[1, 5]))];
+    claim(&one("OneHotEncoder", 1, I64, &[-1, 2], F, &cats), 0).unwrap();
+    claim(&one("OneHotEncoder", 1, F, &[-1], F, &cats), 0).unwrap();
+    let p = plan_of(
+        &one(
+            "OneHotEncoder",
+            1,
+            I64,
+            &[2],
+            F,
+            &[("cats_int64s", ints(&[1])), ("zeros", int(0))],
+        )
+        .build(),
+    );
+    assert_eq!(count(&p, |s| matches!(s, Step::Require { .. })), 1);
+    declined(
+        &one(
+            "OneHotEncoder",
+            1,
+            DataType::String,
+            &[2],
+            F,
+            &[("cats_strings", strings(&["a"]))],
+        ),
+        0,
+        "string",
+    );
+    declined(
+        &one(
+            "OneHotEncoder",
+            1,
+            I64,
+            &[2],
+            F,
+            &[("cats_strings", strings(&["a"]))],
+        ),
+        0,
+        "MLX has no strings",
+    );
+}
+
+#[test]
+fn label_encoder_numeric_forms() {
+    let ii = [
+        ("keys_int64s", ints(&[1, 2])),
+        ("values_int64s", ints(&[10, 20])),
+    ];
+    claim(&one("LabelEncoder", 2, I64, &[-1], I64, &ii), 0).unwrap();
+    claim(&one("LabelEncoder", 4, I64, &[-1], I64, &ii), 0).unwrap();
+    claim(&one("LabelEncoder", 5, I64, &[-1], I64, &ii), 0).unwrap();
+    declined(
+        &one("LabelEncoder", 1, I64, &[-1], I64, &ii),
+        0,
+        "outside the supported opset range",
+    );
+    let ff = [
+        ("keys_floats", floats(&[1.0])),
+        ("values_floats", floats(&[2.0])),
+    ];
+    claim(&one("LabelEncoder", 2, F, &[3], F, &ff), 0).unwrap();
+    declined(
+        &one("LabelEncoder", 2, I64, &[3], F, &ff),
+        0,
+        "keys are float",
+    );
+    let tensors = [
+        (
+            "keys_tensor",
+            Attribute::Tensor(TensorData::from_i64(vec![2], &[1, 2])),
+        ),
+        (
+            "values_tensor",
+            Attribute::Tensor(TensorData::from_f32(vec![2], &[0.5, 1.5])),
+        ),
+    ];
+    claim(&one("LabelEncoder", 4, I64, &[3], F, &tensors), 0).unwrap();
+    declined(
+        &one("LabelEncoder", 2, I64, &[3], F, &tensors),
+        0,
+        "no numeric keys",
+    );
+    let s = [
+        ("keys_int64s", ints(&[1])),
+        ("values_strings", strings(&["a"])),
+    ];
+    declined(
+        &one("LabelEncoder", 2, I64, &[3], DataType::String, &s),
+        0,
+        "MLX has no strings",
+    );
+    let uneven = [
+        ("keys_int64s", ints(&[1, 2])),
+        ("values_int64s", ints(&[10])),
+    ];
+    declined(
+        &one("LabelEncoder", 2, I64, &[3], I64, &uneven),
+        0,
+        "2 keys and 1 values",
+    );
+}
+
+fn classifier(rows: usize, labels: &[i64], post: &str) -> G {
+    let mut g = one(
+        "LinearClassifier",
+        1,
+        F,
+        &[-1, 3],
+        I64,
+        &[
+            ("coefficients", floats(&vec![0.5; rows * 3])),
+            ("intercepts", floats(&vec![0.0; rows])),
+            ("classlabels_ints", ints(labels)),
+            ("post_transform", string(post)),
+        ],
+    );
+    g.output_any("scores", F);
+    g.g.nodes[0].outputs.push("scores".into());
+    g
+}
+
+#[test]
+fn linear_models() {
+    let reg = |post: &str, t: usize| {
+        one(
+            "LinearRegressor",
+            1,
+            F,
+            &[-1, 2],
+            F,
+            &[
+                ("coefficients", floats(&vec![1.0; 2 * t])),
+                ("targets", int(t as i64)),
+                ("post_transform", string(post)),
+            ],
+        )
+    };
+    claim(&reg("NONE", 1), 0).unwrap();
+    claim(&reg("SOFTMAX_ZERO", 3), 0).unwrap();
+    declined(&reg("PROBIT", 1), 0, "PROBIT");
+    declined(
+        &reg("NONE", 1).clone_with_features(5),
+        0,
+        "2 coefficients for 1 rows of 5 features",
+    );
+
+    for post in ["NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO"] {
+        claim(&classifier(1, &[3, 7], post), 0).unwrap();
+        claim(&classifier(3, &[1, 2, 3], post), 0).unwrap();
+    }
+    declined(&classifier(3, &[1, 2, 3], "PROBIT"), 0, "PROBIT");
+    declined(&classifier(1, &[3], "NONE"), 0, "two class labels");
+    declined(&classifier(3, &[1, 2], "NONE"), 0, "2 class labels for 3");
+    let mut g = classifier(2, &[1, 2], "NONE");
+    g.g.nodes[0].attributes.remove("classlabels_ints");
+    g.g.nodes[0].attr("classlabels_strings", strings(&["a", "b"]));
+    declined(&g, 0, "MLX has no strings");
+}
+
+trait Features {
+    fn clone_with_features(&self, c: i64) -> G;
+}
+
+impl Features for G {
+    /// The same graph with input `x` as `[N, c]`.
+    fn clone_with_features(&self, c: i64) -> G {
+        let mut g = G { g: self.build() };
+        g.g.inputs[0] = onnx_ir::ValueInfo::new("x", F, dims(&[-1, c]));
+        g
+    }
+}
+
+#[test]
+fn svm_regressor() {
+    let svm = |kernel: &str, post: &str, supports: i64, svs: usize| {
+        one(
+            "SVMRegressor",
+            1,
+            F,
+            &[-1, 2],
+            F,
+            &[
+                ("kernel_type", string(kernel)),
+                ("post_transform", string(post)),
+                ("n_supports", int(supports)),
+                ("support_vectors", floats(&vec![0.5; svs])),
+                ("coefficients", floats(&vec![1.0; supports.max(2) as usize])),
+                ("rho", floats(&[0.1])),
+            ],
+        )
+    };
+    for kernel in ["LINEAR", "POLY", "RBF", "SIGMOID"] {
+        plan_of(&svm(kernel, "NONE", 3, 6).build());
+    }
+    claim(&svm("LINEAR", "NONE", 0, 0), 0).unwrap();
+    declined(&svm("RBF", "LOGISTIC", 3, 6), 0, "NONE only");
+    declined(&svm("CUBIC", "NONE", 3, 6), 0, "kernel_type 'CUBIC'");
+    declined(&svm("RBF", "NONE", 3, 5), 0, "5 support-vector values");
+}

@@ -1,0 +1,111 @@
+"""Models exported with skl2onnx from scikit-learn estimators trained here on small random
+data, run on the MLX EP against ORT's CPU EP, with their ``ai.onnx.ml`` nodes asserted to have
+run on MLX. scikit-learn and skl2onnx are pinned in the newest ORT's environment only
+(``cargo xtask setup``); elsewhere the module is skipped.
+
+Tolerances as in ``test_ml_ops.py``: elementwise preprocessing compares exactly; linear models
+compare at rtol 1e-6, atol 1e-7 (ORT's GEMM and its vectorised LOGISTIC / SOFTMAX); labels
+exactly.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+pytest.importorskip("sklearn", reason="scikit-learn is installed only in the newest ORT's environment (cargo xtask setup)")
+pytest.importorskip("skl2onnx", reason="skl2onnx is installed only in the newest ORT's environment (cargo xtask setup)")
+
+from sklearn.impute import SimpleImputer  # noqa: E402
+from sklearn.linear_model import LinearRegression, LogisticRegression  # noqa: E402
+from sklearn.svm import SVR  # noqa: E402
+from sklearn.preprocessing import Binarizer, MaxAbsScaler, Normalizer, OneHotEncoder, StandardScaler  # noqa: E402
+from skl2onnx import to_onnx  # noqa: E402
+
+from conftest import check_against_cpu  # noqa: E402
+
+EXACT = dict(rtol=0.0, atol=0.0)
+GEMM = dict(rtol=1e-6, atol=1e-7)
+SVM = dict(rtol=5e-6, atol=1e-6)
+
+
+def data(n: int = 40, c: int = 5, seed: int = 0) -> np.ndarray:
+    return (np.random.default_rng(seed).standard_normal((n, c)) * 3 + 1).astype(np.float32)
+
+
+def export(estimator, x: np.ndarray, **options):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return to_onnx(estimator, x[:1], target_opset={"": 17, "ai.onnx.ml": 3}, options=options or None)
+
+
+def ml_ops(model) -> list[str]:
+    return sorted({n.op_type for n in model.graph.node if n.domain == "ai.onnx.ml"})
+
+
+@pytest.mark.parametrize("make", [StandardScaler, MaxAbsScaler, lambda: StandardScaler(with_mean=False)])
+def test_scalers(make):
+    x = data()
+    m = export(make().fit(x), x)
+    assert ml_ops(m) == ["Scaler"]
+    check_against_cpu(m, {"X": data(seed=1)}, ["Scaler"], **EXACT)
+
+
+@pytest.mark.parametrize("norm", ["l1", "l2", "max"])
+def test_normalizer(norm):
+    x = data()
+    m = export(Normalizer(norm=norm).fit(x), x)
+    check_against_cpu(m, {"X": data(seed=2)}, ["Normalizer"], **EXACT)
+
+
+def test_binarizer():
+    x = data()
+    m = export(Binarizer(threshold=0.75).fit(x), x)
+    check_against_cpu(m, {"X": data(seed=3)}, ["Binarizer"], **EXACT)
+
+
+@pytest.mark.parametrize("strategy", ["mean", "median", "constant"])
+def test_simple_imputer(strategy):
+    x = data()
+    x[::4, 1] = np.nan
+    x[::7, 3] = np.nan
+    m = export(SimpleImputer(strategy=strategy, fill_value=-2.5).fit(x), x)
+    feed = data(seed=4)
+    feed[::3, 0] = np.nan
+    feed[1::5, 3] = np.nan
+    check_against_cpu(m, {"X": feed}, ["Imputer"], **EXACT)
+
+
+def test_linear_regression():
+    x = data()
+    y = x @ np.array([1.0, -2.0, 0.5, 3.0, 0.25]) + 0.1
+    check_against_cpu(export(LinearRegression().fit(x, y), x), {"X": data(seed=5)}, ["LinearRegressor"], **GEMM)
+    y2 = np.stack([y, -y + x[:, 0]], axis=1)
+    check_against_cpu(export(LinearRegression().fit(x, y2), x), {"X": data(seed=5)}, ["LinearRegressor"], **GEMM)
+
+
+@pytest.mark.parametrize("classes", [2, 3, 4])
+def test_logistic_regression(classes):
+    x = data(60)
+    labels = np.random.default_rng(6).integers(0, classes, 60) * 3 + 1  # int64 labels 1, 4, 7, ...
+    m = export(LogisticRegression(max_iter=500).fit(x, labels), x, zipmap=False)
+    assert "LinearClassifier" in ml_ops(m)
+    check_against_cpu(m, {"X": data(25, seed=7)}, ml_ops(m), **GEMM)
+
+
+def test_one_hot_encoder_over_ints():
+    x = np.random.default_rng(8).integers(0, 5, (30, 3)).astype(np.int64)
+    m = export(OneHotEncoder(handle_unknown="ignore").fit(x), x)
+    feed = np.random.default_rng(9).integers(0, 6, (12, 3)).astype(np.int64)  # 5 is unknown
+    check_against_cpu(m, {"X": feed}, ["OneHotEncoder"], **EXACT)
+
+
+@pytest.mark.parametrize("kernel", ["linear", "poly", "rbf", "sigmoid"])
+def test_svr(kernel):
+    x = data(50) * 0.3
+    y = x @ np.array([1.0, -2.0, 0.5, 3.0, 0.25]) + np.sin(x[:, 0])
+    m = export(SVR(kernel=kernel, degree=2, gamma=0.2, coef0=0.5, C=2.0).fit(x, y), x)
+    assert ml_ops(m) == ["SVMRegressor"]
+    check_against_cpu(m, {"X": data(20, seed=10) * 0.3}, ["SVMRegressor"], **SVM)
