@@ -174,7 +174,9 @@ fn lower_svm_regressor(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError>
                         ctx.unary(U::Tanh, t, f)
                     }
                 }
-                Kernel::Rbf => unreachable_rbf(node)?,
+                Kernel::Rbf => {
+                    crate::plan::invalid!(node, "internal: RBF lowered as a dot-product kernel")
+                }
             }
         };
         let w = f32_const(ctx, vec![s, 1], &a.coefficients);
@@ -190,9 +192,4 @@ fn lower_svm_regressor(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError>
         y = select(ctx, pos, one, minus_one, f);
     }
     ctx.finish(node, 0, y, f)
-}
-
-/// RBF is handled before the dot-product kernels.
-fn unreachable_rbf(node: &Node) -> Result<Slot, PlanError> {
-    crate::plan::invalid!(node, "internal: RBF lowered as a dot-product kernel")
 }
