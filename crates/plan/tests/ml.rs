@@ -354,6 +354,7 @@ fn svm_regressor() {
                 ("support_vectors", floats(&vec![0.5; svs])),
                 ("coefficients", floats(&vec![1.0; supports.max(2) as usize])),
                 ("rho", floats(&[0.1])),
+                ("kernel_params", floats(&[0.3, 0.0, 2.0])),
             ],
         )
     };
@@ -364,4 +365,7 @@ fn svm_regressor() {
     declined(&svm("RBF", "LOGISTIC", 3, 6), 0, "NONE only");
     declined(&svm("CUBIC", "NONE", 3, 6), 0, "kernel_type 'CUBIC'");
     declined(&svm("RBF", "NONE", 3, 5), 0, "5 support-vector values");
+    let mut g = svm("RBF", "NONE", 3, 6);
+    g.g.nodes[0].attr("kernel_params", floats(&[0.3]));
+    declined(&g, 0, "1 kernel_params");
 }

@@ -29,7 +29,7 @@ enum Kernel {
 /// The attributes of an SVMRegressor node.
 struct SvmAttrs {
     kernel: Kernel,
-    /// gamma, coef0, degree (zero when absent).
+    /// gamma, coef0, degree.
     params: [f32; 3],
     support_vectors: Vec<f32>,
     coefficients: Vec<f32>,
@@ -49,15 +49,14 @@ fn svm_attrs(node: &Node) -> Result<SvmAttrs, String> {
         "SIGMOID" => Kernel::Sigmoid,
         other => return Err(format!("SVMRegressor: unknown kernel_type '{other}'")),
     };
+    // ORT's kernel rejects a node without the three (gamma, coef0, degree).
     let p = attr_floats(node, "kernel_params")?.unwrap_or_default();
-    if p.len() > 3 {
-        return Err(format!(
-            "SVMRegressor: {} kernel_params (at most 3)",
+    let params: [f32; 3] = p.as_slice().try_into().map_err(|_| {
+        format!(
+            "SVMRegressor: {} kernel_params (ORT's kernel needs gamma, coef0, degree)",
             p.len()
-        ));
-    }
-    let mut params = [0f32; 3];
-    params[..p.len()].copy_from_slice(&p);
+        )
+    })?;
     match attr_str(node, "post_transform")?
         .as_deref()
         .unwrap_or("NONE")
@@ -175,7 +174,9 @@ fn lower_svm_regressor(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError>
                         ctx.unary(U::Tanh, t, f)
                     }
                 }
-                Kernel::Rbf => unreachable_rbf(node)?,
+                Kernel::Rbf => {
+                    crate::plan::invalid!(node, "internal: RBF lowered as a dot-product kernel")
+                }
             }
         };
         let w = f32_const(ctx, vec![s, 1], &a.coefficients);
@@ -191,9 +192,4 @@ fn lower_svm_regressor(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError>
         y = select(ctx, pos, one, minus_one, f);
     }
     ctx.finish(node, 0, y, f)
-}
-
-/// RBF is handled before the dot-product kernels.
-fn unreachable_rbf(node: &Node) -> Result<Slot, PlanError> {
-    crate::plan::invalid!(node, "internal: RBF lowered as a dot-product kernel")
 }
