@@ -3,9 +3,8 @@
 use onnx_ir::{Attribute, DataType, Dim, Graph, Node, TensorData, ValueInfo};
 use runtime::{Executable, InputTensor, RuntimeOptions};
 
-fn f32_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
+mod common;
+use common::{executable_with, f32_bytes, i64_bytes};
 
 fn f32s(b: &[u8]) -> Vec<f32> {
     b.chunks_exact(4)
@@ -36,8 +35,7 @@ fn graph(inputs: Vec<ValueInfo>, outputs: Vec<ValueInfo>, nodes: Vec<Node>) -> G
 }
 
 fn executable(g: &Graph) -> Executable {
-    let plan = plan::build_plan(g, &plan::Registry::default()).expect("plan");
-    Executable::new(plan, &RuntimeOptions::default()).expect("executable")
+    executable_with(g, None, None)
 }
 
 fn fixed(dims: &[i64]) -> Vec<Dim> {
@@ -113,7 +111,7 @@ fn reshape_transpose_with_a_shape_input_read_at_run_time() {
     );
     let exe = executable(&g);
     let x = f32_bytes(&[0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
-    let shape: Vec<u8> = [3i64, -1].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let shape = i64_bytes(&[3, -1]);
     let out = exe
         .run(&[
             InputTensor {
@@ -171,7 +169,7 @@ fn a_wrong_input_dtype_is_an_error_and_the_next_run_works() {
         vec![Node::new("Relu", ["x"], ["y"])],
     );
     let exe = executable(&g);
-    let ints: Vec<u8> = [1i64, 2].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let ints = i64_bytes(&[1, 2]);
     let err = exe
         .run(&[InputTensor {
             dtype: DataType::Int64,
@@ -312,13 +310,7 @@ fn gelu_graph() -> Graph {
 }
 
 fn with_compile(g: &Graph, compile: bool, capacity: Option<usize>) -> Executable {
-    let plan = plan::build_plan(g, &plan::Registry::default()).expect("plan");
-    let options = RuntimeOptions {
-        compile: Some(compile),
-        compile_cache_capacity: capacity,
-        ..RuntimeOptions::default()
-    };
-    Executable::new(plan, &options).expect("executable")
+    executable_with(g, Some(compile), capacity)
 }
 
 #[test]
@@ -385,7 +377,7 @@ fn decode_shaped_runs_use_one_shapeless_closure() {
     let exe = with_compile(&g, true, None);
     let eager = with_compile(&g, false, None);
     for past_len in [0i64, 1, 2, 3] {
-        let ids: Vec<u8> = [7i64].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let ids = i64_bytes(&[7]);
         let past: Vec<f32> = (0..past_len).map(|i| i as f32 * 0.1).collect();
         let past_b = f32_bytes(&past);
         let run = |e: &Executable| {

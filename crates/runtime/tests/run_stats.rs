@@ -2,7 +2,10 @@
 
 use onnx_ir::{Attribute, DataType, Dim, Graph, Node, TensorData, ValueInfo};
 use plan::CompileClass;
-use runtime::{Executable, InputTensor, RunPath, RunRecord, RuntimeOptions};
+use runtime::{Executable, InputTensor, RunPath, RunRecord};
+
+mod common;
+use common::{executable_with, f32_bytes, i64_bytes};
 
 fn graph(inputs: Vec<ValueInfo>, outputs: Vec<ValueInfo>, nodes: Vec<Node>) -> Graph {
     let mut g = Graph {
@@ -27,25 +30,12 @@ fn typed(g: &mut Graph, name: &str, dtype: DataType) {
 }
 
 fn exe(g: &Graph, compile: bool) -> Executable {
-    let plan = plan::build_plan(g, &plan::Registry::default()).expect("plan");
-    let options = RuntimeOptions {
-        compile: Some(compile),
-        ..RuntimeOptions::default()
-    };
-    Executable::new(plan, &options).expect("executable")
+    executable_with(g, Some(compile), None)
 }
 
 fn named(mut n: Node, name: &str) -> Node {
     n.name = name.into();
     n
-}
-
-fn f32_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-fn i64_bytes(v: &[i64]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
 fn dyn2(a: &str, b: &str) -> Vec<Dim> {
