@@ -152,6 +152,12 @@ impl Builder {
         self.node(op, "", inputs, &[out], DataType::Float, &[])
     }
 
+    /// A float32 `Transpose` of `x` by `perm`.
+    fn transpose(&mut self, x: &str, out: &str, perm: &[i64]) -> String {
+        let perm = [("perm", Attribute::Ints(perm.to_vec()))];
+        self.node("Transpose", "", &[x], &[out], DataType::Float, &perm)
+    }
+
     fn linear(&mut self, x: &str, p: &str, k: i64, n: i64, bias: bool) -> String {
         let w = self.weight(&format!("{p}.weight"), &[k, n], 1.0 / (k as f32).sqrt());
         let y = self.op("MatMul", &[x, &w], &format!("{p}/MatMul"));
@@ -273,31 +279,9 @@ fn encoder_layer_graph(b: &mut Builder, x: &str, p: &str, c: EncoderCfg) -> (Str
     let q = heads(b, "query");
     let k = heads(b, "key");
     let v = heads(b, "value");
-    let perm = |p: &[i64]| [("perm", Attribute::Ints(p.to_vec()))];
-    let qt = b.node(
-        "Transpose",
-        "",
-        &[&q],
-        &[&format!("{p}/qT")],
-        DataType::Float,
-        &perm(&[0, 2, 1, 3]),
-    );
-    let kt = b.node(
-        "Transpose",
-        "",
-        &[&k],
-        &[&format!("{p}/kT")],
-        DataType::Float,
-        &perm(&[0, 2, 3, 1]),
-    );
-    let vt = b.node(
-        "Transpose",
-        "",
-        &[&v],
-        &[&format!("{p}/vT")],
-        DataType::Float,
-        &perm(&[0, 2, 1, 3]),
-    );
+    let qt = b.transpose(&q, &format!("{p}/qT"), &[0, 2, 1, 3]);
+    let kt = b.transpose(&k, &format!("{p}/kT"), &[0, 2, 3, 1]);
+    let vt = b.transpose(&v, &format!("{p}/vT"), &[0, 2, 1, 3]);
     let scores = b.op("MatMul", &[&qt, &kt], &format!("{p}/scores"));
     let scaled = b.op("Div", &[&scores, &scale], &format!("{p}/scaled"));
     let probs = b.node(
@@ -309,14 +293,7 @@ fn encoder_layer_graph(b: &mut Builder, x: &str, p: &str, c: EncoderCfg) -> (Str
         &[("axis", Attribute::Int(-1))],
     );
     let ctx = b.op("MatMul", &[&probs, &vt], &format!("{p}/ctx"));
-    let ctx = b.node(
-        "Transpose",
-        "",
-        &[&ctx],
-        &[&format!("{p}/ctxT")],
-        DataType::Float,
-        &perm(&[0, 2, 1, 3]),
-    );
+    let ctx = b.transpose(&ctx, &format!("{p}/ctxT"), &[0, 2, 1, 3]);
     let ctx = b.op("Reshape", &[&ctx, &merge_shape], &format!("{p}/merged"));
     let attn = b.linear(&ctx, &format!("{p}.attention.output"), h, h, true);
     let res = b.op("Add", &[&attn, x], &format!("{p}/res1"));
