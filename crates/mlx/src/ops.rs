@@ -304,6 +304,28 @@ pub fn slice(a: &Array, start: &[i32], stop: &[i32], strides: &[i32], s: &Stream
     ))
 }
 
+/// The block of shape `sizes` (one per axis of `a`) that starts at `start` (an integer array
+/// of one entry per axis in `axes`; the other axes start at 0). MLX can re-infer its shape in a
+/// shapeless compiled closure, which it cannot for a static slice or a split.
+#[track_caller]
+pub fn slice_dynamic(
+    a: &Array,
+    start: &Array,
+    axes: &[i32],
+    sizes: &[i32],
+    s: &Stream,
+) -> Result<Array> {
+    call!(mlx_slice_dynamic(
+        a.raw,
+        start.raw,
+        axes.as_ptr(),
+        axes.len(),
+        sizes.as_ptr(),
+        sizes.len(),
+        s.raw
+    ))
+}
+
 /// Gathers slices along an axis by (non-negative) indices.
 #[track_caller]
 pub fn take_axis(a: &Array, indices: &Array, axis: i32, s: &Stream) -> Result<Array> {

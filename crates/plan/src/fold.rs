@@ -413,22 +413,8 @@ fn fold_ints(
                 v,
             }
         }
-        "ReduceProd" | "ReduceSum" if node.inputs.len() == 1 && a.dims.len() <= 1 => {
-            // Whole-vector products/sums (Size-like arithmetic).
-            if attr_ints(node, "axes").ok()?.is_some_and(|v| !v.is_empty()) && a.dims.is_empty() {
-                return None;
-            }
-            let keep = attr_int(node, "keepdims").ok()?.unwrap_or(1) != 0;
-            let r = if node.op_type == "ReduceProd" {
-                a.v.iter().fold(1i64, |p, &x| p.wrapping_mul(x))
-            } else {
-                a.v.iter().fold(0i64, |p, &x| p.wrapping_add(x))
-            };
-            Ints {
-                dtype: a.dtype,
-                dims: if keep { vec![1; a.dims.len()] } else { vec![] },
-                v: vec![r],
-            }
+        "ReduceProd" | "ReduceSum" | "ReduceMax" | "ReduceMin" => {
+            return reduce_ints(opset, node, a, get(1).map(|t| t.v.as_slice()));
         }
         "Range" => {
             let (l, d) = (get(1)?, get(2)?);
@@ -451,6 +437,84 @@ fn fold_ints(
         _ => return None,
     };
     out.tensor()
+}
+
+/// An integer `ReduceSum`/`ReduceProd`/`ReduceMax`/`ReduceMin` over the axes of an attribute
+/// (before opset 13 for `ReduceSum`, 18 for the others) or of input 1, with `keepdims` and
+/// `noop_with_empty_axes`. Max/Min over an empty axis are left to the device.
+fn reduce_ints(
+    opset: i64,
+    node: &Node,
+    a: &Ints,
+    axes_input: Option<&[i64]>,
+) -> Option<TensorData> {
+    if a.dtype == DataType::Bool {
+        return None;
+    }
+    let op = node.op_type.as_str();
+    let axes_from_input = opset >= if op == "ReduceSum" { 13 } else { 18 };
+    let axes: Vec<i64> = if axes_from_input {
+        if node.input(1).is_some() && axes_input.is_none() {
+            return None;
+        }
+        axes_input.map(<[i64]>::to_vec).unwrap_or_default()
+    } else {
+        attr_ints(node, "axes").ok()?.unwrap_or_default()
+    };
+    let keep = attr_int(node, "keepdims").ok()?.unwrap_or(1) != 0;
+    let noop = attr_int(node, "noop_with_empty_axes").ok()?.unwrap_or(0) != 0;
+    let rank = a.dims.len();
+    if axes.is_empty() && noop && axes_from_input {
+        return tensor_from_i64(a.dtype, a.dims.clone(), &a.v);
+    }
+    let mut reduced = vec![axes.is_empty(); rank];
+    for &ax in &axes {
+        let ax = normalize_axis(ax, rank).ok()?;
+        reduced[ax] = true;
+    }
+    if matches!(op, "ReduceMax" | "ReduceMin") && (0..rank).any(|k| reduced[k] && a.dims[k] == 0) {
+        return None;
+    }
+    let out_dims: Vec<i64> = (0..rank)
+        .filter_map(|k| match (reduced[k], keep) {
+            (false, _) => Some(a.dims[k]),
+            (true, true) => Some(1),
+            (true, false) => None,
+        })
+        .collect();
+    let kept_dims: Vec<i64> = (0..rank)
+        .map(|k| if reduced[k] { 1 } else { a.dims[k] })
+        .collect();
+    let kept_strides = strides(&kept_dims);
+    let n: i64 = kept_dims.iter().product();
+    let init = match op {
+        "ReduceSum" => 0,
+        "ReduceProd" => 1,
+        "ReduceMax" => i64::MIN,
+        _ => i64::MAX,
+    };
+    let mut acc = vec![init; n as usize];
+    let mut flat = 0usize;
+    for_each_index(&a.dims, |idx| {
+        let o: i64 = (0..rank)
+            .map(|k| {
+                if reduced[k] {
+                    0
+                } else {
+                    idx[k] * kept_strides[k]
+                }
+            })
+            .sum();
+        let (slot, x) = (&mut acc[o as usize], a.v[flat]);
+        *slot = match op {
+            "ReduceSum" => slot.wrapping_add(x),
+            "ReduceProd" => slot.wrapping_mul(x),
+            "ReduceMax" => (*slot).max(x),
+            _ => (*slot).min(x),
+        };
+        flat += 1;
+    });
+    tensor_from_i64(a.dtype, out_dims, &acc)
 }
 
 #[cfg(test)]

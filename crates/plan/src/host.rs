@@ -35,6 +35,9 @@ pub struct HostProgram {
     pub symbols: Vec<(usize, usize, String)>,
     /// Values the steps read, and the slots the runtime binds them to.
     pub outputs: Vec<(String, Slot)>,
+    /// Integer graph inputs whose values the nodes read: (plan input index, value name).
+    /// Results that depend on them change with the input values, not only with the shapes.
+    pub value_inputs: Vec<(usize, String)>,
 }
 
 impl HostProgram {
@@ -45,7 +48,18 @@ impl HostProgram {
 
     /// Runs the program for the actual shapes of the plan inputs (in `Plan::inputs` order);
     /// returns the tensors to bind to their slots (as arrays of their dtype) before the steps.
+    /// A program with [`HostProgram::value_inputs`] needs [`HostProgram::run_with_values`].
     pub fn run(&self, input_shapes: &[Vec<i64>]) -> Result<Vec<(Slot, TensorData)>, String> {
+        self.run_with_values(input_shapes, &|_| None)
+    }
+
+    /// [`HostProgram::run`] with, for each of [`HostProgram::value_inputs`], that input's value
+    /// (`input_value(plan input index)`).
+    pub fn run_with_values(
+        &self,
+        input_shapes: &[Vec<i64>],
+        input_value: &dyn Fn(usize) -> Option<TensorData>,
+    ) -> Result<Vec<(Slot, TensorData)>, String> {
         if self.nodes.is_empty() {
             return Ok(Vec::new());
         }
@@ -64,6 +78,11 @@ impl HostProgram {
             }
         }
         let mut env: HashMap<&str, TensorData> = HashMap::new();
+        for (i, name) in &self.value_inputs {
+            let value =
+                input_value(*i).ok_or_else(|| format!("the value of input '{name}' is missing"))?;
+            env.insert(name, value);
+        }
         for hn in &self.nodes {
             let node = &hn.node;
             let out = if node.op_type == "Shape" {

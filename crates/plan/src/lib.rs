@@ -25,6 +25,7 @@
 //! ```
 
 mod consts;
+mod decode;
 pub mod docs;
 mod fold;
 pub mod gqa;
@@ -39,6 +40,7 @@ pub mod step;
 mod verify;
 
 pub use consts::{f32_to_bf16_bits, f32_to_f16_bits};
+pub use decode::{DecodeKey, HostValues};
 pub use gqa::{GqaLayout, gqa_layout};
 pub use host::{HostNode, HostProgram};
 pub use partition::{Cluster, NodeDecline, Partition, cluster_graph, decline_summary, partition};

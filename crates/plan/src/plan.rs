@@ -125,8 +125,7 @@ pub struct Plan {
 impl Plan {
     /// The most permissive compile mode the steps allow.
     pub fn compile_class(&self) -> CompileClass {
-        let host_bound: std::collections::HashSet<Slot> =
-            self.host.outputs.iter().map(|(_, s)| *s).collect();
+        let host_bound = self.host_known_slots();
         let mut class = if self.host.is_empty() {
             CompileClass::Shapeless
         } else {
@@ -148,8 +147,7 @@ impl Plan {
     /// [`CompileClass::Eager`], in step order, naming the ONNX node. Empty for a
     /// [`CompileClass::Shapeless`] plan. Diagnostics for "why did the decode step not compile".
     pub fn compile_blockers(&self) -> Vec<CompileBlocker> {
-        let host_bound: std::collections::HashSet<Slot> =
-            self.host.outputs.iter().map(|(_, s)| *s).collect();
+        let host_bound = self.host_known_slots();
         let mut out = Vec::new();
         if !self.host.is_empty() {
             let nodes: Vec<String> = self
@@ -397,6 +395,9 @@ pub struct LowerCtx<'g> {
     /// Values the host program computes, with their dtypes.
     host_values: HashMap<String, DataType>,
     host: HostProgram,
+    /// Outputs of integer nodes that go to the host program although they read graph input
+    /// values (see [`host_read_cones`]).
+    force_host: std::collections::HashSet<String>,
 }
 
 impl<'g> LowerCtx<'g> {
@@ -415,6 +416,7 @@ impl<'g> LowerCtx<'g> {
             temp_counter: 0,
             host_values: HashMap::new(),
             host: HostProgram::default(),
+            force_host: Default::default(),
         }
     }
 
@@ -682,8 +684,101 @@ impl<'g> LowerCtx<'g> {
 /// cluster graph become constants; values computable at plan time from initializers (shape
 /// arithmetic) are folded.
 pub fn build_plan(graph: &Graph, registry: &Registry) -> Result<Plan, PlanError> {
+    let plan = build_plan_with(graph, registry, Default::default())?;
+    let force = host_read_cones(graph, &plan);
+    if force.is_empty() {
+        return Ok(plan);
+    }
+    build_plan_with(graph, registry, force)
+}
+
+/// The outputs of the integer nodes that compute, from graph input values, shapes and
+/// constants alone, the values `plan`'s steps read back from the device (`seqlens_k` of a
+/// decoder from its `attention_mask`, say). Moved to the host program, they are known before
+/// the steps run, so the run needs no device synchronisation for them and the plan can
+/// compile. Empty when no such cone exists.
+fn host_read_cones(graph: &Graph, plan: &Plan) -> std::collections::HashSet<String> {
+    let host_bound = plan.host_known_slots();
+    let mut force = std::collections::HashSet::new();
+    let mut memo: HashMap<String, bool> = HashMap::new();
+    for step in &plan.steps {
+        for slot in step.host_reads() {
+            if host_bound.contains(&slot) {
+                continue;
+            }
+            let name = &plan.slots[slot.index()].name;
+            let mut cone = std::collections::HashSet::new();
+            if host_computable(graph, name, &mut memo, &mut cone, 0) {
+                force.extend(cone);
+            }
+        }
+    }
+    force
+}
+
+/// How deep [`host_computable`] follows producers (shape arithmetic chains are short).
+const MAX_HOST_CONE_DEPTH: usize = 32;
+
+/// True when value `name` is an initializer, an integer graph input, or the output of an
+/// ai.onnx host-program op whose inputs all are (or of `Shape` of a graph input); collects the
+/// producing nodes' outputs into `cone`.
+fn host_computable(
+    graph: &Graph,
+    name: &str,
+    memo: &mut HashMap<String, bool>,
+    cone: &mut std::collections::HashSet<String>,
+    depth: usize,
+) -> bool {
+    if let Some(&known) = memo.get(name) {
+        return known;
+    }
+    if graph.initializers.contains_key(name) {
+        return true;
+    }
+    if let Some(input) = graph.inputs.iter().find(|i| i.name == name) {
+        return input.dtype.is_some_and(host_dtype);
+    }
+    let Some(node) = graph
+        .nodes
+        .iter()
+        .find(|n| n.outputs.iter().any(|o| o == name))
+    else {
+        return false;
+    };
+    let out_dtype = graph.value(name).and_then(|v| v.dtype);
+    let op_ok = node.normalized_domain().is_empty()
+        && node.outputs.len() == 1
+        && out_dtype.is_some_and(host_dtype)
+        && depth < MAX_HOST_CONE_DEPTH;
+    let ok = op_ok
+        && if node.op_type == "Shape" {
+            node.input(0)
+                .is_some_and(|x| graph.inputs.iter().any(|i| i.name == x))
+        } else if node.op_type == "Constant" {
+            crate::fold::constant_node_value(node).is_some()
+        } else {
+            HOST_OPS.contains(&node.op_type.as_str())
+                && node
+                    .inputs
+                    .iter()
+                    .filter(|i| !i.is_empty())
+                    .all(|i| host_computable(graph, i, memo, cone, depth + 1))
+        };
+    memo.insert(name.to_string(), ok);
+    if ok {
+        cone.insert(name.to_string());
+    }
+    ok
+}
+
+fn build_plan_with(
+    graph: &Graph,
+    registry: &Registry,
+    force_host: std::collections::HashSet<String>,
+) -> Result<Plan, PlanError> {
     let order = graph.topological_order()?;
     let mut ctx = LowerCtx::new(graph);
+    ctx.force_host = force_host;
     for (name, t) in &graph.initializers {
         ctx.known.insert(name.clone(), t.clone());
     }
@@ -827,7 +922,9 @@ impl LowerCtx<'_> {
         let Some(out_dt) = out_info.as_ref().and_then(|v| v.dtype) else {
             return false;
         };
-        if !host_dtype(out_dt) || out_info.and_then(|v| v.rank()).is_none_or(|r| r > 1) {
+        let forced = self.force_host.contains(out);
+        if !host_dtype(out_dt) || (!forced && out_info.and_then(|v| v.rank()).is_none_or(|r| r > 1))
+        {
             return false;
         }
         let bound = |s: &str| self.host.symbols.iter().any(|(_, _, n)| n == s);
@@ -851,9 +948,13 @@ impl LowerCtx<'_> {
                 return false;
             }
             let mut any_host = false;
+            let mut value_inputs = Vec::new();
             for name in node.inputs.iter().filter(|s| !s.is_empty()) {
                 if self.host_values.contains_key(name) {
                     any_host = true;
+                } else if let Some(i) = self.graph_input_index(name).filter(|_| forced) {
+                    any_host = true;
+                    value_inputs.push((i, name.clone()));
                 } else if let Some(t) = self.known.get(name) {
                     if !host_dtype(t.dtype) {
                         return false;
@@ -864,6 +965,11 @@ impl LowerCtx<'_> {
             }
             if !any_host {
                 return false;
+            }
+            for v in value_inputs {
+                if !self.host.value_inputs.contains(&v) {
+                    self.host.value_inputs.push(v);
+                }
             }
             for name in node.inputs.iter().filter(|s| !s.is_empty()) {
                 if let Some(t) = self.known.get(name) {
@@ -878,6 +984,17 @@ impl LowerCtx<'_> {
         });
         self.host_values.insert(out.to_string(), out_dt);
         true
+    }
+
+    /// The index among the plan's inputs of graph input `name` (of an integer or bool type),
+    /// when it is one.
+    fn graph_input_index(&self, name: &str) -> Option<usize> {
+        self.graph
+            .inputs
+            .iter()
+            .filter(|vi| !self.graph.initializers.contains_key(&vi.name))
+            .position(|vi| vi.name == name)
+            .filter(|_| self.dtype_of(name).is_some_and(host_dtype))
     }
 
     /// Known host values (initializers and folded), by name.

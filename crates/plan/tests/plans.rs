@@ -246,7 +246,8 @@ fn reshape_forms() {
     assert!(
         matches!(&p.steps[0], Step::Reshape { target: ReshapeTarget::Fixed(v), .. } if v == &vec![8, 3])
     );
-    // A runtime shape tensor: a host read.
+    // A runtime shape tensor: a host read of an input, whose bytes the host has, so the plan
+    // compiles per target (the runtime keys closures by the value).
     let mut g = G::new(14);
     g.input("x", DataType::Float, &[-1, 6]);
     g.input("s", DataType::Int64, &[2]);
@@ -254,6 +255,14 @@ fn reshape_forms() {
     g.node("Reshape", &["x", "s"], &["y"]);
     let p = single(&g);
     assert_eq!(p.steps[0].host_reads(), vec![p.inputs[1].slot]);
+    assert_eq!(p.compile_class(), CompileClass::ShapeKeyed);
+    // A shape tensor of unknown rank could be anything large: eager.
+    let mut g = G::new(14);
+    g.input("x", DataType::Float, &[-1, 6]);
+    g.input_unranked("s", DataType::Int64);
+    g.output_any("y", DataType::Float);
+    g.node("Reshape", &["x", "s"], &["y"]);
+    let p = single(&g);
     assert_eq!(p.compile_class(), CompileClass::Eager);
 }
 

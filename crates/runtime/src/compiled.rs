@@ -14,10 +14,9 @@
 use std::sync::Arc;
 
 use mlx::{Array, Closure, Device, Stream};
-use onnx_ir::TensorData;
-use plan::{CompileClass, Slot};
+use plan::{CompileClass, DecodeKey};
 
-use crate::{DeviceKind, Program, RuntimeError};
+use crate::{DeviceKind, HostBinding, Program, RuntimeError};
 
 /// The compiled slot a run uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -93,15 +92,55 @@ impl<K: PartialEq, V> Lru<K, V> {
     }
 }
 
-/// Input shapes (and host-program values, which derive from them) identify a compiled trace.
-type ShapeKey = Vec<Vec<i64>>;
+/// What identifies a shape-keyed compiled trace: the input shapes and the values that steps
+/// read on the host (host-program results and input values that shape the MLX calls).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ShapeKey {
+    shapes: Vec<Vec<i64>>,
+    read_values: Vec<Vec<u8>>,
+}
+
+/// The slot and cache key a run uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum SlotChoice {
+    /// The shapeless decode closure for this decode key (see `Plan::decode_key`).
+    Decode(DecodeKey),
+    /// A shape-keyed closure of the prefill or general cache.
+    Keyed(CompileSlot, ShapeKey),
+}
+
+impl SlotChoice {
+    /// Which slot serves the run.
+    pub(crate) fn kind(&self) -> CompileSlot {
+        match self {
+            SlotChoice::Decode(_) => CompileSlot::Decode,
+            SlotChoice::Keyed(slot, _) => *slot,
+        }
+    }
+}
+
+/// How many decode closures an executable keeps (one per batch size and query length in
+/// use; a generation uses one).
+const DECODE_CAPACITY: usize = 4;
+
+/// How many decode closures one executable compiles before its decode runs go eager: a
+/// plan whose decode key changes every token would otherwise recompile every token.
+const MAX_DECODE_COMPILES: usize = 8;
 
 /// The compiled closures of one executable.
 pub(crate) struct CompiledCache {
     enabled: bool,
     class: CompileClass,
+    /// `Plan::decode_compilable`: some decode runs of a shape-keyed plan can share one
+    /// shapeless closure.
+    decode_compilable: bool,
     seq_input: Option<usize>,
-    decode: Option<Closure>,
+    decode: Lru<DecodeKey, Closure>,
+    /// Decode keys whose closure would depend on the past length (see `probe`): their runs
+    /// go eager.
+    decode_refused: Vec<DecodeKey>,
+    /// Decode closures compiled so far (see [`MAX_DECODE_COMPILES`]).
+    decode_compiles: usize,
     prefill: Lru<ShapeKey, Closure>,
     general: Lru<ShapeKey, Closure>,
     stats: CacheStats,
@@ -119,11 +158,15 @@ impl CompiledCache {
             program.plan.inputs.iter().position(|i| {
                 i.name == "input_ids" && i.shape.as_ref().is_some_and(|s| s.len() == 2)
             });
+        let class = program.plan.compile_class();
         CompiledCache {
             enabled: enabled && !env_flag("ORTMLX_DISABLE_COMPILE"),
-            class: program.plan.compile_class(),
+            class,
+            decode_compilable: class != CompileClass::Eager && program.plan.decode_compilable(),
             seq_input,
-            decode: None,
+            decode: Lru::new(DECODE_CAPACITY),
+            decode_refused: Vec::new(),
+            decode_compiles: 0,
             prefill: Lru::new(capacity.unwrap_or(PREFILL_CAPACITY)),
             general: Lru::new(capacity.unwrap_or(GENERAL_CAPACITY)),
             stats: CacheStats::default(),
@@ -133,80 +176,161 @@ impl CompiledCache {
     /// Counters so far.
     pub(crate) fn stats(&self) -> CacheStats {
         let held =
-            self.decode.iter().count() + self.prefill.entries.len() + self.general.entries.len();
+            self.decode.entries.len() + self.prefill.entries.len() + self.general.entries.len();
         CacheStats { held, ..self.stats }
     }
 
-    /// The slot a run with these input shapes uses, or `None` to run eagerly.
-    pub(crate) fn slot_for(&mut self, shapes: &[Vec<i64>]) -> Option<CompileSlot> {
+    /// The slot a run with these input shapes and host values uses, or `None` to run eagerly.
+    pub(crate) fn slot_for(
+        &mut self,
+        program: &Program,
+        shapes: &[Vec<i64>],
+        host: &HostBinding,
+    ) -> Option<SlotChoice> {
         if !self.enabled || self.class == CompileClass::Eager {
             return None;
         }
-        let slot = match self
+        let keyed = |slot| {
+            SlotChoice::Keyed(
+                slot,
+                ShapeKey {
+                    shapes: shapes.to_vec(),
+                    read_values: host.read_values(&program.host_read_slots),
+                },
+            )
+        };
+        let choice = match self
             .seq_input
             .and_then(|i| shapes.get(i))
             .and_then(|s| s.get(1))
         {
-            Some(1) if self.class == CompileClass::Shapeless => CompileSlot::Decode,
-            Some(1) => {
-                self.stats.eager_fallbacks += 1;
-                return None;
+            Some(1) if self.class == CompileClass::Shapeless => {
+                SlotChoice::Decode(DecodeKey::default())
             }
-            Some(_) => CompileSlot::Prefill,
-            None => CompileSlot::General,
+            Some(1) => match self
+                .decode_compilable
+                .then(|| program.plan.decode_key(shapes, host))
+                .flatten()
+                .filter(|key| !self.decode_refused.contains(key))
+            {
+                Some(key) => SlotChoice::Decode(key),
+                None => {
+                    self.stats.eager_fallbacks += 1;
+                    return None;
+                }
+            },
+            Some(_) => keyed(CompileSlot::Prefill),
+            None => keyed(CompileSlot::General),
         };
-        (!env_flag(slot.env_switch())).then_some(slot)
+        (!env_flag(choice.kind().env_switch())).then_some(choice)
     }
 
-    /// Runs the compiled trace for `slot`, compiling it first when needed.
+    /// True when the decode closure for `key` is compiled, or may be: for a key with layout
+    /// steps, the first run checks (see `probe`) that no step that is not shape-polymorphic
+    /// depends on the past length; a key that fails is remembered and its runs go eager.
+    pub(crate) fn decode_allowed(
+        &mut self,
+        key: &DecodeKey,
+        program: &Program,
+        inputs: &[Array],
+        host: &HostBinding,
+        shapes: &[Vec<i64>],
+        s: &Stream,
+    ) -> Result<bool, RuntimeError> {
+        if self.decode.entries.iter().any(|(k, _)| k == key) {
+            return Ok(true);
+        }
+        if self.decode_compiles >= MAX_DECODE_COMPILES {
+            if self.decode_compiles == MAX_DECODE_COMPILES {
+                log::info!(
+                    "{MAX_DECODE_COMPILES} decode closures compiled: decode keys keep changing \
+                     (values read on the host differ from token to token); decode runs go eager"
+                );
+                self.decode_compiles += 1;
+            }
+            self.stats.eager_fallbacks += 1;
+            return Ok(false);
+        }
+        if key.layout.is_empty()
+            || crate::probe::past_independent(program, key, inputs, host, shapes, s)?
+        {
+            self.decode_compiles += 1;
+            return Ok(true);
+        }
+        if crate::probe::past_independent(program, key, inputs, host, shapes, s)? {
+            return Ok(true);
+        }
+        log::info!(
+            "decode closure refused for {key:?}: a step that is not shape-polymorphic depends \
+             on the past length; these runs go eager"
+        );
+        if self.decode_refused.len() >= DECODE_CAPACITY {
+            self.decode_refused.remove(0);
+        }
+        self.decode_refused.push(key.clone());
+        self.stats.eager_fallbacks += 1;
+        Ok(false)
+    }
+
+    /// Runs the compiled trace for `choice`, compiling it first when needed.
     pub(crate) fn run(
         &mut self,
-        slot: CompileSlot,
+        choice: SlotChoice,
         program: &Arc<Program>,
         device: DeviceKind,
         inputs: &[Array],
-        host: Vec<(Slot, TensorData)>,
-        shapes: Vec<Vec<i64>>,
+        host: HostBinding,
     ) -> Result<Vec<Array>, RuntimeError> {
-        let refs: Vec<&Array> = inputs.iter().collect();
-        let closure = match slot {
-            CompileSlot::Decode => {
-                if self.decode.is_none() {
-                    self.decode = Some(compile(program, device, host, true)?);
-                    self.stats.compiles += 1;
-                } else {
-                    self.stats.hits += 1;
-                }
-                self.decode.as_ref()
-            }
-            CompileSlot::Prefill | CompileSlot::General => {
+        let host_arrays = host.result_arrays()?;
+        let mut args: Vec<&Array> = inputs.iter().collect();
+        args.extend(host_arrays.iter());
+        let closure = match choice {
+            SlotChoice::Decode(key) => cached(&mut self.decode, &mut self.stats, key, || {
+                compile(program, device, host, true)
+            })?,
+            SlotChoice::Keyed(slot, key) => {
                 let cache = if slot == CompileSlot::Prefill {
                     &mut self.prefill
                 } else {
                     &mut self.general
                 };
-                if cache.get(&shapes).is_none() {
-                    let closure = compile(program, device, host, false)?;
-                    self.stats.compiles += 1;
-                    if cache.insert(shapes.clone(), closure) {
-                        self.stats.evictions += 1;
-                    }
-                } else {
-                    self.stats.hits += 1;
-                }
-                cache.get(&shapes)
+                cached(cache, &mut self.stats, key, || {
+                    compile(program, device, host, false)
+                })?
             }
         };
-        let closure = closure.ok_or_else(|| RuntimeError("compiled closure missing".into()))?;
-        closure.apply(&refs).map_err(Into::into)
+        closure.apply(&args).map_err(Into::into)
     }
 }
 
-/// Traces the program into a closure and compiles it.
+/// The closure of `cache` for `key`, compiled by `make` when missing.
+fn cached<'c, K: PartialEq + Clone>(
+    cache: &'c mut Lru<K, Closure>,
+    stats: &mut CacheStats,
+    key: K,
+    make: impl FnOnce() -> Result<Closure, RuntimeError>,
+) -> Result<&'c Closure, RuntimeError> {
+    if cache.get(&key).is_none() {
+        let closure = make()?;
+        stats.compiles += 1;
+        if cache.insert(key.clone(), closure) {
+            stats.evictions += 1;
+        }
+    } else {
+        stats.hits += 1;
+    }
+    cache
+        .get(&key)
+        .ok_or_else(|| RuntimeError("compiled closure missing".into()))
+}
+
+/// Traces the program into a closure and compiles it. The closure takes the plan's inputs,
+/// then the arrays of the host program's results; `host` (this run's) gives the host values
+/// that shape the trace.
 fn compile(
     program: &Arc<Program>,
     device: DeviceKind,
-    host: Vec<(Slot, TensorData)>,
+    host: HostBinding,
     shapeless: bool,
 ) -> Result<Closure, RuntimeError> {
     let program = Arc::clone(program);
@@ -215,8 +339,9 @@ fn compile(
             DeviceKind::Gpu => Device::gpu(),
             DeviceKind::Cpu => Device::cpu(),
         })?;
+        let n = program.plan.inputs.len().min(args.len());
         program
-            .trace(args.to_vec(), &host, &stream)
+            .trace(args[..n].to_vec(), &host, Some(args[n..].to_vec()), &stream)
             .map_err(|e| mlx::Error::new(e.0))
     });
     closure.compile(shapeless).map_err(Into::into)

@@ -65,7 +65,13 @@ fn cache_rows(
     let mut parts = Vec::with_capacity(3);
     if off > 0 {
         let p = past.ok_or_else(|| mlx::Error::new("GroupQueryAttention: no past cache"))?;
-        parts.push(slice_seq(p, b, 0, off as i32, s)?);
+        // The whole past of every sequence is the array itself (shape-polymorphic, for the
+        // compiled decode closure).
+        if b.is_none() && off == p.shape()[2] as i64 {
+            parts.push(p.clone());
+        } else {
+            parts.push(slice_seq(p, b, 0, off as i32, s)?);
+        }
     }
     parts.push(match b {
         Some(b) => slice_seq(new, Some(b), 0, ns[2], s)?,
@@ -150,6 +156,33 @@ pub(crate) fn gqa_positions(
 ) -> Result<Array, RuntimeError> {
     let pos = l.positions(position_ids).map_err(err)?;
     Array::from_slice(&pos, &[l.batch as i32, l.seq as i32]).map_err(err)
+}
+
+/// Rotary positions `[B, S]` outside the first prompt (see `Step::GqaPositions`), from the
+/// arrays rather than host values, so that a compiled closure follows them: `position_ids`
+/// as given, else `seqlens_k[b] + 1 - S + s`.
+pub(crate) fn gqa_positions_on_device(
+    l: &GqaLayout,
+    seqlens: &Array,
+    position_ids: Option<&Array>,
+    s: &Stream,
+) -> Result<Array, RuntimeError> {
+    let shape = [l.batch as i32, l.seq as i32];
+    if let Some(ids) = position_ids {
+        if ids.size() != l.batch * l.seq as usize {
+            return Err(err(format!(
+                "GroupQueryAttention: position_ids has {} values, expected {}",
+                ids.size(),
+                l.batch * l.seq as usize
+            )));
+        }
+        let ids = ops::astype(ids, Dtype::Int64, s).map_err(err)?;
+        return ops::reshape(&ids, &shape, s).map_err(err);
+    }
+    let k = ops::astype(seqlens, Dtype::Int64, s).map_err(err)?;
+    let k = ops::reshape(&k, &[l.batch as i32, 1], s).map_err(err)?;
+    let steps = ops::arange((1 - l.seq) as f64, 1.0, 1.0, Dtype::Int64, s).map_err(err)?;
+    ops::add(&k, &steps, s).map_err(err)
 }
 
 /// The causal keep-mask `[S, T]`, aligned to the bottom-right.

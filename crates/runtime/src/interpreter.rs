@@ -24,6 +24,12 @@ pub(crate) struct Slots {
     read_back: std::cell::RefCell<std::collections::HashMap<Slot, Vec<i64>>>,
     /// Status flags of guarded steps (see `guard`).
     pub(crate) flags: crate::guard::Flags,
+    /// Slots a step left without an array on purpose: a GroupQueryAttention mask that keeps
+    /// every key (its attention runs unmasked).
+    absent: std::collections::HashSet<Slot>,
+    /// True while tracing a compiled closure: values that change from run to run must then
+    /// come from arrays (the closure's arguments), never from host values baked in.
+    pub(crate) in_closure: bool,
 }
 
 fn err(e: impl std::fmt::Display) -> RuntimeError {
@@ -51,6 +57,8 @@ impl Slots {
             host_values: Default::default(),
             read_back: Default::default(),
             flags: Default::default(),
+            absent: Default::default(),
+            in_closure: false,
         }
     }
 
@@ -76,6 +84,29 @@ impl Slots {
         );
         self.host_values.insert(slot, value);
         Ok(())
+    }
+
+    /// Binds an array to a slot together with its host value (a host-program result whose
+    /// array the caller made, e.g. a compiled closure's argument).
+    pub(crate) fn set_with_host(&mut self, slot: Slot, array: Array, value: onnx_ir::TensorData) {
+        self.set(slot, array);
+        self.host_values.insert(slot, value);
+    }
+
+    /// Records the host value of a slot whose array is bound already (a plan input that steps
+    /// read on the host: ORT hands it over in host memory).
+    pub(crate) fn set_host_value(&mut self, slot: Slot, value: onnx_ir::TensorData) {
+        self.host_values.insert(slot, value);
+    }
+
+    /// Leaves `slot` without an array on purpose (see [`Slots::is_absent`]).
+    fn set_absent(&mut self, slot: Slot) {
+        self.absent.insert(slot);
+    }
+
+    /// True when the step writing `slot` left it empty on purpose.
+    fn is_absent(&self, slot: Slot) -> bool {
+        self.absent.contains(&slot)
     }
 
     /// The array bound to a slot.
@@ -150,8 +181,33 @@ impl HostReader for Host<'_> {
     }
 }
 
+/// `Split` at `points` along `axis` (of length `len`) as dynamic slices: MLX's split and slice
+/// primitives cannot re-infer their shapes in a shapeless compiled closure.
+fn split_in_closure(
+    x: &Array,
+    points: &[i32],
+    len: i64,
+    axis: i32,
+    s: &Stream,
+) -> Result<Vec<Array>, RuntimeError> {
+    let mut bounds = Vec::with_capacity(points.len() + 2);
+    bounds.push(0);
+    bounds.extend_from_slice(points);
+    bounds.push(len as i32);
+    let shape = x.shape();
+    bounds
+        .windows(2)
+        .map(|w| {
+            let start = Array::from_slice(&[w[0]], &[1]).map_err(err)?;
+            let mut size = shape.clone();
+            size[axis as usize] = w[1] - w[0];
+            ops::slice_dynamic(x, &start, &[axis], &size, s).map_err(err)
+        })
+        .collect()
+}
+
 /// An array of a host-computed tensor.
-fn host_array(t: &onnx_ir::TensorData) -> Result<Array, RuntimeError> {
+pub(crate) fn host_array(t: &onnx_ir::TensorData) -> Result<Array, RuntimeError> {
     let shape = to_i32s(&t.dims, "host tensor dim")?;
     Array::from_bytes(&t.bytes, &shape, to_mlx(t.dtype)?).map_err(err)
 }
@@ -528,7 +584,11 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
                 .map_err(err)?;
             let points =
                 plan::step::split_points(shape[ax], outs.len(), sizes.as_deref()).map_err(err)?;
-            let parts = ops::split_sections(slots.get(*x)?, &points, ax as i32, s).map_err(err)?;
+            let parts = if slots.in_closure {
+                split_in_closure(slots.get(*x)?, &points, shape[ax], ax as i32, s)?
+            } else {
+                ops::split_sections(slots.get(*x)?, &points, ax as i32, s).map_err(err)?
+            };
             if parts.len() != outs.len() {
                 return Err(RuntimeError(format!(
                     "Split made {} parts for {} outputs",
@@ -786,7 +846,7 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
             past,
             window,
             bias,
-            ..
+            out,
         } => {
             let past_shape = past.map(|p| slots.get(p).map(Array::shape)).transpose()?;
             let like_shape = slots.get(*like)?.shape();
@@ -797,6 +857,10 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
                 &like_shape,
                 past_shape.as_deref(),
             )?;
+            if bias.is_none() && l.keeps_every_key(*window) {
+                slots.set_absent(*out);
+                return Ok(());
+            }
             let bias = bias.map(|b| slots.get(b)).transpose()?;
             crate::contrib::gqa_mask(&l, *window, bias, s)?
         }
@@ -818,11 +882,17 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
                 &like_shape,
                 past_shape.as_deref(),
             )?;
-            let ids = position_ids
-                .map(|p| host.ints(p))
-                .transpose()
-                .map_err(err)?;
-            crate::contrib::gqa_positions(&l, ids.as_deref())?
+            if l.first_prompt || !slots.in_closure {
+                let ids = position_ids
+                    .map(|p| host.ints(p))
+                    .transpose()
+                    .map_err(err)?;
+                crate::contrib::gqa_positions(&l, ids.as_deref())?
+            } else {
+                // From the arrays, so that a compiled closure follows their values.
+                let ids = position_ids.map(|p| slots.get(p)).transpose()?;
+                crate::contrib::gqa_positions_on_device(&l, slots.get(*seqlens)?, ids, s)?
+            }
         }
         Iota {
             like, axis, dtype, ..
@@ -842,7 +912,10 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
             softcap,
             ..
         } => {
-            let mask = mask.map(|m| slots.get(m)).transpose()?;
+            let mask = mask
+                .filter(|m| !slots.is_absent(*m))
+                .map(|m| slots.get(m))
+                .transpose()?;
             let sinks = sinks.map(|m| slots.get(m)).transpose()?;
             crate::contrib::attention_ex(
                 slots.get(*q)?,

@@ -15,6 +15,7 @@ mod interpreter;
 pub mod kernel_cache;
 mod lanes;
 mod packed;
+mod probe;
 mod stats;
 
 use std::collections::HashMap;
@@ -143,6 +144,10 @@ pub(crate) struct Program {
     release_after: Vec<Vec<Slot>>,
     /// Whether a trace ends with the guards' status (see [`Program::has_status`]).
     guarded: bool,
+    /// The plan inputs (indices) whose values steps or the host program read on the host.
+    value_inputs: Vec<usize>,
+    /// The slots steps read on the host, in a fixed order (see `HostBinding::read_values`).
+    pub(crate) host_read_slots: Vec<Slot>,
 }
 
 impl Program {
@@ -150,6 +155,52 @@ impl Program {
     /// scalar after the outputs; see `guard`).
     pub(crate) fn has_status(&self) -> bool {
         self.guarded
+    }
+
+    /// What a run with these input shapes and input values (`value_of(plan input index)`)
+    /// knows on the host: the host program's results, and the values of the inputs that
+    /// steps or the host program read.
+    pub(crate) fn host_binding(
+        &self,
+        shapes: &[Vec<i64>],
+        value_of: &dyn Fn(usize) -> Option<TensorData>,
+    ) -> Result<HostBinding, RuntimeError> {
+        let plan = &self.plan;
+        let results = if plan.host.is_empty() {
+            Vec::new()
+        } else {
+            plan.host
+                .run_with_values(shapes, value_of)
+                .map_err(RuntimeError)?
+        };
+        let input_values = self
+            .value_inputs
+            .iter()
+            .filter_map(|&i| Some((plan.inputs[i].slot, value_of(i)?)))
+            .collect();
+        let input_shapes = plan
+            .inputs
+            .iter()
+            .zip(shapes)
+            .map(|(i, d)| (i.slot, d.clone()))
+            .collect();
+        Ok(HostBinding {
+            results,
+            input_values,
+            input_shapes,
+        })
+    }
+
+    /// [`Program::trace`] without evaluating anything, recording the input and output shapes
+    /// of every step that is neither shape-polymorphic nor a decode layout step (see `probe`).
+    pub(crate) fn trace_recording(
+        &self,
+        inputs: Vec<Array>,
+        host: &HostBinding,
+        s: &Stream,
+        record: &mut Vec<probe::StepShapes>,
+    ) -> Result<Vec<Array>, RuntimeError> {
+        self.trace_with(inputs, host, None, s, Some(record))
     }
 
     /// Names the node that step `i` belongs to in an error.
@@ -178,12 +229,26 @@ impl Program {
 
     /// Builds the outputs' (lazy) arrays from the input arrays, in the plan's output order
     /// and dtypes, then (when [`Program::has_status`]) the guards' status. `host` binds the
-    /// host program's results for these input shapes.
+    /// host program's results and the host-read input values for this run; a compiled
+    /// closure passes the results' arrays as `host_arrays` (its arguments), so that they are
+    /// not baked into the closure.
     pub(crate) fn trace(
         &self,
         inputs: Vec<Array>,
-        host: &[(Slot, TensorData)],
+        host: &HostBinding,
+        host_arrays: Option<Vec<Array>>,
         s: &Stream,
+    ) -> Result<Vec<Array>, RuntimeError> {
+        self.trace_with(inputs, host, host_arrays, s, None)
+    }
+
+    fn trace_with(
+        &self,
+        inputs: Vec<Array>,
+        host: &HostBinding,
+        host_arrays: Option<Vec<Array>>,
+        s: &Stream,
+        mut record: Option<&mut Vec<probe::StepShapes>>,
     ) -> Result<Vec<Array>, RuntimeError> {
         let mut slots = interpreter::Slots::new(self.plan.num_slots);
         for (input, array) in self.plan.inputs.iter().zip(inputs) {
@@ -192,13 +257,38 @@ impl Program {
         for (slot, array) in &self.constants {
             slots.set(*slot, array.get());
         }
-        for (slot, value) in host {
-            slots.set_host(*slot, value.clone())?;
+        match host_arrays {
+            Some(arrays) => {
+                slots.in_closure = true;
+                for ((slot, value), array) in host.results.iter().zip(arrays) {
+                    slots.set_with_host(*slot, array, value.clone());
+                }
+            }
+            None => {
+                for (slot, value) in &host.results {
+                    slots.set_host(*slot, value.clone())?;
+                }
+            }
+        }
+        for (slot, value) in &host.input_values {
+            slots.set_host_value(*slot, value.clone());
         }
         let mut working_set = guard::WorkingSet::new(self.plan.num_slots);
         for (i, (step, release)) in self.plan.steps.iter().zip(&self.release_after).enumerate() {
             slots.flags.step = i;
             interpreter::execute(step, &mut slots, s).map_err(|e| self.at_step(i, e))?;
+            if let Some(record) = record.as_deref_mut()
+                && !step.is_shapeless()
+                && !step.is_decode_layout()
+            {
+                let shapes = |slots_of: Vec<Slot>| -> Vec<Vec<i32>> {
+                    slots_of
+                        .into_iter()
+                        .map(|x| slots.get(x).map(Array::shape).unwrap_or_default())
+                        .collect()
+                };
+                record.push((i, shapes(step.inputs()), shapes(step.outputs())));
+            }
             for out in step.outputs() {
                 if let Ok(a) = slots.get(out) {
                     guard::check_size(a).map_err(|e| self.at_step(i, e))?;
@@ -233,6 +323,57 @@ impl Program {
             outputs.push(flags.finish()?);
         }
         Ok(outputs)
+    }
+}
+
+/// What a run knows on the host before MLX is called.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct HostBinding {
+    /// The host program's results, bound to their slots.
+    pub(crate) results: Vec<(Slot, TensorData)>,
+    /// The values of the plan inputs that steps or the host program read on the host.
+    pub(crate) input_values: Vec<(Slot, TensorData)>,
+    /// The shapes of the plan inputs, by slot.
+    input_shapes: Vec<(Slot, Vec<i64>)>,
+}
+
+impl HostBinding {
+    /// The arrays of the host program's results (a compiled closure's extra arguments).
+    pub(crate) fn result_arrays(&self) -> Result<Vec<Array>, RuntimeError> {
+        self.results
+            .iter()
+            .map(|(_, t)| interpreter::host_array(t))
+            .collect()
+    }
+
+    /// The values that shape the MLX calls (those steps read on the host), in `slots` order:
+    /// with the input shapes they identify a shape-keyed compiled trace.
+    pub(crate) fn read_values(&self, slots: &[Slot]) -> Vec<Vec<u8>> {
+        slots
+            .iter()
+            .map(|s| {
+                plan::HostValues::value(self, *s)
+                    .map(|t| t.bytes.to_vec())
+                    .unwrap_or_default()
+            })
+            .collect()
+    }
+}
+
+impl plan::HostValues for HostBinding {
+    fn value(&self, slot: Slot) -> Option<&TensorData> {
+        self.results
+            .iter()
+            .chain(&self.input_values)
+            .find(|(s, _)| *s == slot)
+            .map(|(_, t)| t)
+    }
+
+    fn input_shape(&self, slot: Slot) -> Option<&[i64]> {
+        self.input_shapes
+            .iter()
+            .find(|(s, _)| *s == slot)
+            .map(|(_, d)| d.as_slice())
     }
 }
 
@@ -307,9 +448,22 @@ impl Executable {
             DeviceKind::Gpu if !uses_f64 && gpu_available() => DeviceKind::Gpu,
             _ => DeviceKind::Cpu,
         };
+        let host_read_slots = plan.host_read_slots();
+        let value_inputs = plan
+            .inputs
+            .iter()
+            .enumerate()
+            .filter(|(n, i)| {
+                host_read_slots.contains(&i.slot)
+                    || plan.host.value_inputs.iter().any(|(v, _)| v == n)
+            })
+            .map(|(n, _)| n)
+            .collect();
         let program = Program {
             release_after: release_schedule(&plan),
             guarded: plan.steps.iter().any(|step| guard::may_flag(&plan, step)),
+            value_inputs,
+            host_read_slots,
             plan,
             constants,
         };
@@ -463,11 +617,11 @@ impl Executable {
         // The decode path keeps this step's input arrays for the next one.
         let kept_inputs = decode.is_some().then(|| arrays.clone());
         let shapes: Vec<Vec<i64>> = inputs.iter().map(|t| t.dims.to_vec()).collect();
-        let host = if plan.host.is_empty() {
-            Vec::new()
-        } else {
-            plan.host.run(&shapes).map_err(RuntimeError)?
+        let value_of = |i: usize| {
+            let t = inputs.get(i)?;
+            TensorData::new(t.dtype, t.dims.to_vec(), t.data).ok()
         };
+        let host = self.program.host_binding(&shapes, &value_of)?;
         // MLX's CUDA kernels don't all handle empty tensors: some crash the process (a
         // zero-batch cuDNN convolution, an empty Gather). A GPU run with an empty input is first
         // traced (lazily, nothing launched) on the CPU stream; when that gives an empty output,
@@ -479,9 +633,12 @@ impl Executable {
         if device == DeviceKind::Gpu && inputs.iter().any(|t| t.dims.contains(&0)) {
             let known = empty_outputs.get(&shapes).copied();
             if known != Some(false) {
-                let traced =
-                    self.program
-                        .trace(arrays.clone(), &host, lane.stream(DeviceKind::Cpu))?;
+                let traced = self.program.trace(
+                    arrays.clone(),
+                    &host,
+                    None,
+                    lane.stream(DeviceKind::Cpu),
+                )?;
                 let empty = traced.iter().any(|a| a.size() == 0);
                 if empty_outputs.len() >= 64 {
                     empty_outputs.clear();
@@ -494,13 +651,23 @@ impl Executable {
             }
         }
         let stream = lane.stream(device);
-        let (outputs, path) = match (on_cpu, compiled.slot_for(&shapes)) {
+        let mut choice = compiled.slot_for(&self.program, &shapes, &host);
+        if let Some(compiled::SlotChoice::Decode(key)) = &choice
+            && on_cpu.is_none()
+            && !compiled.decode_allowed(key, &self.program, &arrays, &host, &shapes, stream)?
+        {
+            choice = None;
+        }
+        let (outputs, path) = match (on_cpu, choice) {
             (Some(traced), _) => (traced, RunPath::Eager),
             (None, Some(slot)) => (
-                compiled.run(slot, &self.program, device, &arrays, host, shapes)?,
-                slot.into(),
+                compiled.run(slot.clone(), &self.program, device, &arrays, host)?,
+                slot.kind().into(),
             ),
-            (None, None) => (self.program.trace(arrays, &host, stream)?, RunPath::Eager),
+            (None, None) => (
+                self.program.trace(arrays, &host, None, stream)?,
+                RunPath::Eager,
+            ),
         };
         let mut outputs = outputs;
         let status = if self.program.has_status() {

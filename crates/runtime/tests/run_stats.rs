@@ -156,8 +156,80 @@ fn a_decode_shaped_run_of_a_shapeless_plan_uses_the_decode_slot() {
     assert_eq!(e.run_stats().decode_compiled, 3);
 }
 
-/// `y = reshape(x, shape * 1)`: the shape is computed, so the run reads it back to the host.
+/// `y = reshape(x, cast(shape))` of a float `shape`: the target is computed on the device, so
+/// the run reads it back to the host.
 fn computed_shape() -> Graph {
+    let mut cast = named(Node::new("Cast", ["shape"], ["shape2"]), "cast_shape");
+    cast.attributes.insert("to".into(), Attribute::Int(7));
+    let mut g = graph(
+        vec![
+            ValueInfo::new("x", DataType::Float, vec![Dim::Fixed(2), Dim::Fixed(3)]),
+            ValueInfo::new("shape", DataType::Float, vec![Dim::Fixed(2)]),
+        ],
+        vec![ValueInfo::new(
+            "y",
+            DataType::Float,
+            vec![Dim::Unknown, Dim::Unknown],
+        )],
+        vec![
+            cast,
+            named(
+                Node::new("Reshape", ["x", "shape2"], ["y"]),
+                "reshape_computed",
+            ),
+        ],
+    );
+    typed(&mut g, "shape2", DataType::Int64);
+    g
+}
+
+#[test]
+fn a_host_read_is_a_synchronisation_and_keeps_the_plan_eager() {
+    let g = computed_shape();
+    // Compile on: the plan still runs eagerly, because a step reads a computed value.
+    let e = exe(&g, true);
+    assert_eq!(e.plan().compile_class(), CompileClass::Eager);
+    let blockers = e.plan().compile_blockers();
+    assert_eq!(blockers.len(), 1, "{blockers:?}");
+    assert_eq!(blockers[0].node, "reshape_computed");
+    assert_eq!(blockers[0].limits_to, CompileClass::Eager);
+    assert!(blockers[0].reason.contains("shape2"), "{}", blockers[0]);
+    let x = f32_bytes(&[0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+    let shape = f32_bytes(&[3.0, -1.0]);
+    for _ in 0..2 {
+        let out = e
+            .run(&[
+                InputTensor {
+                    dtype: DataType::Float,
+                    dims: &[2, 3],
+                    data: &x,
+                },
+                InputTensor {
+                    dtype: DataType::Float,
+                    dims: &[2],
+                    data: &shape,
+                },
+            ])
+            .expect("run");
+        assert_eq!(out[0].dims, vec![3, 2]);
+        assert_eq!(
+            e.run_stats().last,
+            Some(RunRecord {
+                path: RunPath::Eager,
+                host_syncs: 2,
+                host_reads: 1
+            }),
+            "one read of the shape, then the final evaluation"
+        );
+    }
+    let s = e.run_stats();
+    assert_eq!((s.host_syncs, s.host_reads), (4, 2));
+    assert_eq!(e.cache_stats().compiles, 0);
+}
+
+/// `y = reshape(x, shape * 1)` of an int64 input `shape`: integer arithmetic on an input's
+/// value, computed on the host before the steps.
+fn host_computed_shape() -> Graph {
     let mut g = graph(
         vec![
             ValueInfo::new("x", DataType::Float, vec![Dim::Fixed(2), Dim::Fixed(3)]),
@@ -186,19 +258,21 @@ fn computed_shape() -> Graph {
 }
 
 #[test]
-fn a_host_read_is_a_synchronisation_and_keeps_the_plan_eager() {
-    let g = computed_shape();
-    // Compile on: the plan still runs eagerly, because a step reads a computed value.
+fn input_values_shape_the_compiled_key_and_need_no_host_read() {
+    let g = host_computed_shape();
     let e = exe(&g, true);
-    assert_eq!(e.plan().compile_class(), CompileClass::Eager);
-    let blockers = e.plan().compile_blockers();
-    assert_eq!(blockers.len(), 1, "{blockers:?}");
-    assert_eq!(blockers[0].node, "reshape_computed");
-    assert_eq!(blockers[0].limits_to, CompileClass::Eager);
-    assert!(blockers[0].reason.contains("shape2"), "{}", blockers[0]);
+    assert_eq!(e.plan().compile_class(), CompileClass::ShapeKeyed);
     let x = f32_bytes(&[0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
-    let shape = i64_bytes(&[3, -1]);
-    for _ in 0..2 {
+    // The same input shapes with other values: each value gets its own closure (a stale one
+    // would give the first run's shape), and a repeated value hits.
+    for (target, want) in [
+        ([3, -1], vec![3, 2]),
+        ([6, -1], vec![6, 1]),
+        ([3, -1], vec![3, 2]),
+        ([-1, 1], vec![6, 1]),
+        ([1, 6], vec![1, 6]),
+    ] {
+        let shape = i64_bytes(&target);
         let out = e
             .run(&[
                 InputTensor {
@@ -213,20 +287,18 @@ fn a_host_read_is_a_synchronisation_and_keeps_the_plan_eager() {
                 },
             ])
             .expect("run");
-        assert_eq!(out[0].dims, vec![3, 2]);
+        assert_eq!(out[0].dims, want, "target {target:?}");
         assert_eq!(
             e.run_stats().last,
             Some(RunRecord {
-                path: RunPath::Eager,
-                host_syncs: 2,
-                host_reads: 1
+                path: RunPath::GeneralCompiled,
+                host_syncs: 1,
+                host_reads: 0
             }),
-            "one read of the shape, then the final evaluation"
         );
     }
-    let s = e.run_stats();
-    assert_eq!((s.host_syncs, s.host_reads), (4, 2));
-    assert_eq!(e.cache_stats().compiles, 0);
+    let c = e.cache_stats();
+    assert_eq!((c.compiles, c.hits), (4, 1), "{c:?}");
 }
 
 #[test]
