@@ -6,6 +6,8 @@
 #   bash tests/gpu/device_run.sh reliability  hostile, threading and leak suites on the GPU, 20
 #                                             GPU test processes in a row (exit status of each)
 #   bash tests/gpu/device_run.sh bench        the GPU benchmarks
+#   bash tests/gpu/device_run.sh perf         `bench overhead --device gpu` (EP vs raw MLX, per run and
+#                                             per node) and the GQA decoders of `bench llm` on the GPU
 # The first call on a machine (any phase) assembles the CUDA build of MLX from the staged parts.
 # Results go to $OUT. The kernel cache is the EP's default (under ~/.cache), as a user gets it.
 set -uo pipefail
@@ -84,5 +86,16 @@ bench)
   timeout 500 python3 tests/gpu/bench_gpu.py "$out/gpu_bench.json" "${ORTMLX_GPU_BENCH:-encoder,llama-tiny,llama-large}" 2> "$out/bench.err"
   echo "bench exit $?"
   tail -n 5 "$out/bench.err"
+  ;;
+perf)
+  echo "== bench overhead --device gpu (EP vs the same MLX calls written directly)"
+  ldd "$root/ortmlx_gpu/bin/overhead_bench" | grep -E "not found" | tee -a "$out/ldd.txt"
+  MLX_PTX_CACHE_DIR="${MLX_PTX_CACHE_DIR:-$HOME/.cache/onnxruntime-mlx-ep/mlx-0.32.2/ptx}" timeout 300 "$root/ortmlx_gpu/bin/overhead_bench" --device gpu --budget-ms "${ORTMLX_BUDGET_MS:-1500}" --out "$out/overhead_gpu.json" 2>&1 | tee "$out/overhead_gpu.txt"
+  echo "overhead exit ${PIPESTATUS[0]}"
+  echo "== GQA decoders (tests/python/llm.py) on the GPU, with the EP's run counters"
+  ORTMLX_TRACE=/tmp/ortmlx-llm-trace.json timeout 400 python3 tests/python/llm.py --bench --ep-option device=gpu \
+    --models "${ORTMLX_LLM_MODELS:-tiny,larger,larger-int4}" --repeats 2 --out "$out/llm_gpu.json" 2> "$out/llm.err" | tee "$out/llm.txt"
+  echo "llm exit ${PIPESTATUS[0]}"
+  tail -n 5 "$out/llm.err"
   ;;
 esac

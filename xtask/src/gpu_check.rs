@@ -93,8 +93,16 @@ pub fn run_check() -> Result<()> {
         fs::rename(compressed.with_extension("xz.tmp"), &compressed)?;
     }
 
-    banner("gpu-check: build the plugin (release)");
+    banner("gpu-check: build the plugin and the overhead bench (release)");
     run(cargo().args(["build", "--release", "-p", "ortmlx-ep"]))?;
+    run(cargo().args([
+        "build",
+        "--release",
+        "-p",
+        "ortmlx-runtime",
+        "--example",
+        "overhead_bench",
+    ]))?;
     let target = crate::util::target_dir().join("release");
 
     banner("gpu-check: stage .gpu/");
@@ -119,6 +127,16 @@ pub fn run_check() -> Result<()> {
     run(Command::new("strip")
         .arg("--strip-debug")
         .arg(lib.join("libonnxruntime_mlx_ep.so")))?;
+    // `bench overhead --device gpu` runs this binary there (tests/gpu/device_run.sh perf).
+    let bin = bundle.join("ortmlx_gpu/bin");
+    fs::create_dir_all(&bin)?;
+    fs::copy(
+        target.join("examples/overhead_bench"),
+        bin.join("overhead_bench"),
+    )?;
+    run(Command::new("strip")
+        .arg("--strip-debug")
+        .arg(bin.join("overhead_bench")))?;
     let mlxc = cache.join(format!(
         "mlx-{}-mlxc-{}-cpu/mlxc/lib/libmlxc.so",
         pins::MLX_VERSION,
@@ -171,7 +189,8 @@ pub fn run_check() -> Result<()> {
         "\nRun on the device machine, two calls back to back on one warm machine:\n\
          1. carry [\".gpu/libmlx.so.xz.part-aa\"]: bash tests/gpu/device_stage.sh\n\
          2. carry [\".gpu/libmlx.so.xz.part-ab\", \".gpu/bundle.tar.xz\"]: bash tests/gpu/device_run.sh core\n\
-         3. (same machine) bash tests/gpu/device_run.sh reliability, then bash tests/gpu/device_run.sh bench\n\
+         3. (same machine) bash tests/gpu/device_run.sh reliability, bash tests/gpu/device_run.sh bench,\n\
+            bash tests/gpu/device_run.sh perf (overhead bench and GQA decoders on the GPU)\n\
          Results (pytest logs, EP log, gpu_bench.json) come back under $OUT; docs/benchmarks.md holds the table."
     );
     Ok(())

@@ -52,20 +52,26 @@ pub trait HostValues {
 }
 
 impl Plan {
-    /// Slots whose values are known on the host before the steps run and may shape a
-    /// compiled trace: the host program's results, and the integer or bool plan inputs of
-    /// rank 0 or 1 (shape vectors, lengths: ORT hands inputs over in host memory). Larger
+    /// Slots whose values are known on the host without a device read and may shape a
+    /// compiled trace: the host program's results, the results of `HostEval` steps (computed
+    /// while tracing, from shapes), and the integer or bool plan inputs of rank 0 or 1 (shape
+    /// vectors, lengths: ORT hands inputs over in host memory). Larger
     /// inputs that a step reads whole (`NonZero` of a feed) keep the plan eager, so that no
     /// closure is compiled per input value.
     pub fn host_known_slots(&self) -> HashSet<Slot> {
         let small_ints = self.inputs.iter().filter(|i| {
             crate::host::host_dtype(i.dtype) && i.shape.as_ref().is_some_and(|d| d.len() <= 1)
         });
+        let host_evals = self.steps.iter().filter_map(|s| match s {
+            Step::HostEval { out, .. } => Some(*out),
+            _ => None,
+        });
         self.host
             .outputs
             .iter()
             .map(|(_, s)| *s)
             .chain(small_ints.map(|i| i.slot))
+            .chain(host_evals)
             .collect()
     }
 
@@ -84,12 +90,20 @@ impl Plan {
         out
     }
 
-    /// True when some runs of the plan may share one shapeless compiled closure: every host
-    /// read is known before the run, and every GroupQueryAttention layout step has no
+    /// True when some runs of the plan may share one shapeless compiled closure: no
+    /// `HostEval` step, every host read is known before the run, and every GroupQueryAttention layout step has no
     /// attention bias and a past cache that is a plan input. (Whether the steps that are not
     /// shape-polymorphic depend on the past length is checked at run time, see
     /// [`DecodeKey::varying`].)
     pub fn decode_compilable(&self) -> bool {
+        // `HostEval` results are baked into a trace as constants: they identify it.
+        if self
+            .steps
+            .iter()
+            .any(|s| matches!(s, Step::HostEval { .. }))
+        {
+            return false;
+        }
         let known = self.host_known_slots();
         let input_slots: HashSet<Slot> = self.inputs.iter().map(|i| i.slot).collect();
         self.steps.iter().all(|s| {

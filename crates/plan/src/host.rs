@@ -141,6 +141,61 @@ impl HostProgram {
     }
 }
 
+/// An argument of a [`crate::Step::HostEval`]: where the host value of one node input comes
+/// from during the trace.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HostArg {
+    /// The host value of a slot (a host-program result, an earlier `HostEval`, a small plan
+    /// input).
+    Value(Slot),
+    /// The shape of a slot's array, as an int64 vector (for `Shape`: known without evaluating).
+    ShapeOf(Slot),
+    /// A plan-time constant.
+    Const(TensorData),
+    /// An omitted optional input.
+    Absent,
+}
+
+impl HostArg {
+    /// The slot this argument reads, if any.
+    pub fn slot(&self) -> Option<Slot> {
+        match self {
+            HostArg::Value(s) | HostArg::ShapeOf(s) => Some(*s),
+            HostArg::Const(_) | HostArg::Absent => None,
+        }
+    }
+
+    /// The slot this argument reads, mutably.
+    pub fn slot_mut(&mut self) -> Option<&mut Slot> {
+        match self {
+            HostArg::Value(s) | HostArg::ShapeOf(s) => Some(s),
+            HostArg::Const(_) | HostArg::Absent => None,
+        }
+    }
+}
+
+/// Evaluates a host node over its inputs' host values (for `Shape`: input 0 is the shape of
+/// its input, as an int64 vector).
+pub fn eval_host_node(hn: &HostNode, inputs: &[Option<TensorData>]) -> Result<TensorData, String> {
+    let node = &hn.node;
+    if node.op_type == "Shape" {
+        let dims = inputs
+            .first()
+            .and_then(Option::as_ref)
+            .and_then(TensorData::to_i64_vec)
+            .ok_or("Shape without its input's shape")?;
+        let (start, end) = shape_attrs(node, hn.opset);
+        let v = &dims[shape_range(dims.len(), start, end)];
+        return Ok(TensorData::from_i64(vec![v.len() as i64], v));
+    }
+    crate::fold::eval_host(hn.opset, node, inputs).ok_or_else(|| {
+        format!(
+            "cannot evaluate {} node '{}' on the host",
+            node.op_type, node.name
+        )
+    })
+}
+
 fn shape_attrs(node: &Node, opset: i64) -> (i64, Option<i64>) {
     if opset < 15 {
         return (0, None);

@@ -39,10 +39,10 @@ pub mod schema_versions;
 pub mod step;
 mod verify;
 
-pub use consts::{f32_to_bf16_bits, f32_to_f16_bits};
+pub use consts::{f32_to_bf16_bits, f32_to_f16_bits, tensor_from_i64};
 pub use decode::{DecodeKey, HostValues};
 pub use gqa::{GqaLayout, gqa_layout};
-pub use host::{HostNode, HostProgram};
+pub use host::{HostArg, HostNode, HostProgram, eval_host_node};
 pub use partition::{Cluster, NodeDecline, Partition, cluster_graph, decline_summary, partition};
 pub use plan::{
     CompileBlocker, CompileClass, LowerCtx, NodeSpan, Plan, PlanError, PlanInput, SlotInfo,

@@ -398,6 +398,8 @@ pub struct LowerCtx<'g> {
     /// Outputs of integer nodes that go to the host program although they read graph input
     /// values (see [`host_read_cones`]).
     force_host: std::collections::HashSet<String>,
+    /// Outputs of integer nodes that run as `HostEval` steps (see [`host_read_cones`]).
+    trace_host: std::collections::HashSet<String>,
 }
 
 impl<'g> LowerCtx<'g> {
@@ -417,6 +419,7 @@ impl<'g> LowerCtx<'g> {
             host_values: HashMap::new(),
             host: HostProgram::default(),
             force_host: Default::default(),
+            trace_host: Default::default(),
         }
     }
 
@@ -685,30 +688,39 @@ impl<'g> LowerCtx<'g> {
 /// arithmetic) are folded.
 pub fn build_plan(graph: &Graph, registry: &Registry) -> Result<Plan, PlanError> {
     let plan = build_plan_with(graph, registry, Default::default())?;
-    let force = host_read_cones(graph, &plan);
-    if force.is_empty() {
+    let cones = host_read_cones(graph, &plan);
+    if cones.is_empty() {
         return Ok(plan);
     }
-    build_plan_with(graph, registry, force)
+    build_plan_with(graph, registry, cones)
 }
 
-/// The outputs of the integer nodes that compute, from graph input values, shapes and
-/// constants alone, the values `plan`'s steps read back from the device (`seqlens_k` of a
-/// decoder from its `attention_mask`, say). Moved to the host program, they are known before
-/// the steps run, so the run needs no device synchronisation for them and the plan can
-/// compile. Empty when no such cone exists.
-fn host_read_cones(graph: &Graph, plan: &Plan) -> std::collections::HashSet<String> {
+/// Where the integer nodes that feed a host read run (see [`host_read_cones`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum HostStage {
+    /// In the host program, before the steps: the node needs only input shapes and values.
+    BeforeSteps,
+    /// As a `HostEval` step while tracing: it needs the shape of a computed value.
+    Trace,
+}
+
+/// The integer nodes that compute, from shapes, graph input values and constants alone, the
+/// values `plan`'s steps read back from the device (`seqlens_k` of a decoder from its
+/// `attention_mask`, a reshape target from `Shape` of an activation), by output name, with
+/// where they run. On the host, those values need no device synchronisation, and the plan can
+/// compile. Empty when no such node exists.
+fn host_read_cones(graph: &Graph, plan: &Plan) -> HashMap<String, HostStage> {
     let host_bound = plan.host_known_slots();
-    let mut force = std::collections::HashSet::new();
-    let mut memo: HashMap<String, bool> = HashMap::new();
+    let mut memo: HashMap<String, Option<HostStage>> = HashMap::new();
+    let mut force = HashMap::new();
     for step in &plan.steps {
         for slot in step.host_reads() {
             if host_bound.contains(&slot) {
                 continue;
             }
             let name = &plan.slots[slot.index()].name;
-            let mut cone = std::collections::HashSet::new();
-            if host_computable(graph, name, &mut memo, &mut cone, 0) {
+            let mut cone = HashMap::new();
+            if host_stage(graph, name, &mut memo, &mut cone, 0).is_some() {
                 force.extend(cone);
             }
         }
@@ -716,69 +728,85 @@ fn host_read_cones(graph: &Graph, plan: &Plan) -> std::collections::HashSet<Stri
     force
 }
 
-/// How deep [`host_computable`] follows producers (shape arithmetic chains are short).
+/// How deep [`host_stage`] follows producers (shape arithmetic chains are short).
 const MAX_HOST_CONE_DEPTH: usize = 32;
 
-/// True when value `name` is an initializer, an integer graph input, or the output of an
-/// ai.onnx host-program op whose inputs all are (or of `Shape` of a graph input); collects the
-/// producing nodes' outputs into `cone`.
-fn host_computable(
+/// Where value `name` can be computed on the host: `BeforeSteps` for an initializer, an
+/// integer graph input, and an ai.onnx host-program op over such values (or `Shape` of a graph
+/// input); `Trace` when the chain includes `Shape` of a computed value; `None` otherwise.
+/// Collects the producing nodes' outputs into `cone`.
+fn host_stage(
     graph: &Graph,
     name: &str,
-    memo: &mut HashMap<String, bool>,
-    cone: &mut std::collections::HashSet<String>,
+    memo: &mut HashMap<String, Option<HostStage>>,
+    cone: &mut HashMap<String, HostStage>,
     depth: usize,
-) -> bool {
+) -> Option<HostStage> {
     if let Some(&known) = memo.get(name) {
+        if let Some(stage) = known {
+            cone.insert(name.to_string(), stage);
+        }
         return known;
     }
     if graph.initializers.contains_key(name) {
-        return true;
+        return Some(HostStage::BeforeSteps);
     }
     if let Some(input) = graph.inputs.iter().find(|i| i.name == name) {
-        return input.dtype.is_some_and(host_dtype);
+        return input
+            .dtype
+            .is_some_and(host_dtype)
+            .then_some(HostStage::BeforeSteps);
     }
-    let Some(node) = graph
+    let node = graph
         .nodes
         .iter()
-        .find(|n| n.outputs.iter().any(|o| o == name))
-    else {
-        return false;
-    };
+        .find(|n| n.outputs.iter().any(|o| o == name))?;
     let out_dtype = graph.value(name).and_then(|v| v.dtype);
     let op_ok = node.normalized_domain().is_empty()
         && node.outputs.len() == 1
         && out_dtype.is_some_and(host_dtype)
         && depth < MAX_HOST_CONE_DEPTH;
-    let ok = op_ok
-        && if node.op_type == "Shape" {
-            node.input(0)
-                .is_some_and(|x| graph.inputs.iter().any(|i| i.name == x))
-        } else if node.op_type == "Constant" {
-            crate::fold::constant_node_value(node).is_some()
+    let stage = if !op_ok {
+        None
+    } else if node.op_type == "Shape" {
+        let x = node.input(0)?;
+        Some(if graph.inputs.iter().any(|i| i.name == x) {
+            HostStage::BeforeSteps
         } else {
-            HOST_OPS.contains(&node.op_type.as_str())
-                && node
-                    .inputs
-                    .iter()
-                    .filter(|i| !i.is_empty())
-                    .all(|i| host_computable(graph, i, memo, cone, depth + 1))
-        };
-    memo.insert(name.to_string(), ok);
-    if ok {
-        cone.insert(name.to_string());
+            HostStage::Trace
+        })
+    } else if node.op_type == "Constant" {
+        crate::fold::constant_node_value(node).map(|_| HostStage::BeforeSteps)
+    } else if HOST_OPS.contains(&node.op_type.as_str()) {
+        node.inputs
+            .iter()
+            .filter(|i| !i.is_empty())
+            .try_fold(HostStage::BeforeSteps, |acc, i| {
+                Some(acc.max(host_stage(graph, i, memo, cone, depth + 1)?))
+            })
+    } else {
+        None
+    };
+    memo.insert(name.to_string(), stage);
+    if let Some(stage) = stage {
+        cone.insert(name.to_string(), stage);
     }
-    ok
+    stage
 }
 
 fn build_plan_with(
     graph: &Graph,
     registry: &Registry,
-    force_host: std::collections::HashSet<String>,
+    cones: HashMap<String, HostStage>,
 ) -> Result<Plan, PlanError> {
     let order = graph.topological_order()?;
     let mut ctx = LowerCtx::new(graph);
-    ctx.force_host = force_host;
+    for (name, stage) in cones {
+        match stage {
+            HostStage::BeforeSteps => ctx.force_host.insert(name),
+            HostStage::Trace => ctx.trace_host.insert(name),
+        };
+    }
     for (name, t) in &graph.initializers {
         ctx.known.insert(name.clone(), t.clone());
     }
@@ -832,7 +860,7 @@ fn build_plan_with(
         let start = ctx.steps.len();
         let folded = crate::fold::try_fold(&mut ctx, node)?;
         let on_host = !folded && ctx.try_host(node);
-        if !folded && !on_host {
+        if !folded && !on_host && !ctx.try_host_eval(node)? {
             (entry.lower)(&mut ctx, node)?;
         }
         spans.push(NodeSpan {
@@ -984,6 +1012,40 @@ impl LowerCtx<'_> {
         });
         self.host_values.insert(out.to_string(), out_dt);
         true
+    }
+
+    /// Lowers `node` to a `HostEval` step when it is one of the trace-time host nodes (see
+    /// [`host_read_cones`]); returns whether it did.
+    fn try_host_eval(&mut self, node: &Node) -> Result<bool, PlanError> {
+        let Some(out) = node.output(0).filter(|o| self.trace_host.contains(*o)) else {
+            return Ok(false);
+        };
+        let Some(dtype) = self.graph.value(out).and_then(|v| v.dtype) else {
+            return Ok(false);
+        };
+        let mut args = Vec::with_capacity(node.inputs.len());
+        for (i, name) in node.inputs.iter().enumerate() {
+            args.push(if name.is_empty() {
+                crate::host::HostArg::Absent
+            } else if node.op_type == "Shape" && i == 0 {
+                crate::host::HostArg::ShapeOf(self.value(name)?)
+            } else if let Some(t) = self.known.get(name) {
+                crate::host::HostArg::Const(t.clone())
+            } else {
+                crate::host::HostArg::Value(self.value(name)?)
+            });
+        }
+        let out = self.output(node, 0, dtype)?;
+        self.push(Step::HostEval {
+            node: Box::new(HostNode {
+                node: node.clone(),
+                opset: self.opset,
+                input_dims: None,
+            }),
+            args,
+            out,
+        });
+        Ok(true)
     }
 
     /// The index among the plan's inputs of graph input `name` (of an integer or bool type),

@@ -2320,6 +2320,19 @@ pub enum Step {
         /// `all(ok)`.
         out: Slot,
     },
+    /// Integer shape arithmetic on the host during the trace (no MLX call, no device read):
+    /// `crate::host::eval_host_node(node, args)`, bound to `out` as a host value and as an
+    /// array. Exported decoders compute reshape targets and slice bounds from `Shape` of
+    /// activations whose dims the planner can't know; MLX knows every array's shape while
+    /// building the graph, so the whole chain runs here.
+    HostEval {
+        /// The ONNX node (a host-program op, or `Shape`).
+        node: Box<crate::host::HostNode>,
+        /// Where each input's host value comes from.
+        args: Vec<crate::host::HostArg>,
+        /// The result.
+        out: Slot,
+    },
 }
 
 /// Cumulative split points (for `mlx_split_sections`) of a dim of size `dim` into `parts`
@@ -2586,6 +2599,7 @@ impl Step {
             }
             ArgSort { x, .. } | NonZero { x, .. } => f(x),
             Require { ok, .. } => f(ok),
+            HostEval { args, .. } => args.iter_mut().filter_map(|a| a.slot_mut()).for_each(f),
             Scatter {
                 x,
                 indices,
@@ -2728,6 +2742,7 @@ impl Step {
             | ResizeInterp { out, .. }
             | Col2Im { out, .. }
             | Require { out, .. }
+            | HostEval { out, .. }
             | NonZero { out, .. }
             | Window { out, .. }
             | Dft { out, .. }
@@ -2853,6 +2868,7 @@ impl Step {
                 v
             }
             Require { ok, .. } => vec![*ok],
+            HostEval { args, .. } => args.iter().filter_map(|a| a.slot()).collect(),
             Scatter {
                 x,
                 indices,
@@ -2943,6 +2959,7 @@ impl Step {
             | ResizeInterp { out, .. }
             | Col2Im { out, .. }
             | Require { out, .. }
+            | HostEval { out, .. }
             | NonZero { out, .. }
             | Window { out, .. }
             | Dft { out, .. }
@@ -2983,6 +3000,13 @@ impl Step {
                 .into_iter()
                 .collect(),
             Tile { reps, .. } => reps.dynamic_slot().into_iter().collect(),
+            HostEval { args, .. } => args
+                .iter()
+                .filter_map(|a| match a {
+                    crate::host::HostArg::Value(s) => Some(*s),
+                    _ => None,
+                })
+                .collect(),
             Cumulative { axis, .. } => axis.dynamic_slot().into_iter().collect(),
             KvCache { seqlens, total, .. } | GqaMask { seqlens, total, .. } => {
                 let mut v = vec![*seqlens];

@@ -961,6 +961,8 @@ struct Measured {
     raw_eager_s: f64,
     raw_compiled_s: f64,
     path: &'static str,
+    /// The path of the other variant (see `measure`).
+    other_path: &'static str,
     syncs_per_run: f64,
     reads_per_run: f64,
     max_abs_diff: f32,
@@ -1014,10 +1016,14 @@ fn measure(w: &Workload, device: DeviceKind, timer: &Timer) -> Result<Measured, 
     let ep_s = ep_time(&default)?;
     let stats = default.run_stats();
     let ep_out = default.run(&inputs).map_err(|e| e.to_string())?;
+    // The variant the device's default leaves out (GPU: eager; CPU: compiled), and its path.
+    let other = ep_executable(w, device, Some(device != DeviceKind::Gpu))?;
+    let other_s = ep_time(&other)?;
+    let other_path = other.run_stats().last.map_or("none", |l| l.path.name());
     let (ep_eager_s, ep_compiled_s) = if device == DeviceKind::Gpu {
-        (ep_time(&ep_executable(w, device, Some(false))?)?, ep_s)
+        (other_s, ep_s)
     } else {
-        (ep_s, ep_time(&ep_executable(w, device, Some(true))?)?)
+        (ep_s, other_s)
     };
     let mut eager = (w.raw)();
     let raw_eager_s = timer.median(3, &mut || {
@@ -1076,6 +1082,7 @@ fn measure(w: &Workload, device: DeviceKind, timer: &Timer) -> Result<Measured, 
         raw_eager_s,
         raw_compiled_s,
         path,
+        other_path,
         syncs_per_run: stats.syncs_per_run(),
         reads_per_run: stats.reads_per_run(),
         max_abs_diff,
@@ -1151,7 +1158,7 @@ fn run() -> Result<(), String> {
         }
         let m = measure(&w, device, &timer)?;
         println!(
-            "{:<15}{:>6}{:>10.3}{:>10.3}{:>8.2}{:>10.1}   {}, {:.1}/{:.1}; raw {:.3}/{:.3}; ep {:.3}/{:.3}; max |ep-raw| {:.1e}",
+            "{:<15}{:>6}{:>10.3}{:>10.3}{:>8.2}{:>10.1}   {}, {:.1}/{:.1}; raw {:.3}/{:.3}; ep {:.3}/{:.3} (other: {}); {:.2} us/node; max |ep-raw| {:.1e}",
             m.name,
             m.nodes,
             m.ep_s * 1e3,
@@ -1165,6 +1172,8 @@ fn run() -> Result<(), String> {
             m.raw_compiled_s * 1e3,
             m.ep_eager_s * 1e3,
             m.ep_compiled_s * 1e3,
+            m.other_path,
+            m.ep_s * 1e6 / m.nodes as f64,
             m.max_abs_diff
         );
         results.push(m);
@@ -1186,7 +1195,7 @@ fn run() -> Result<(), String> {
             json,
             "    {{\"name\": \"{}\", \"nodes\": {}, \"ep_ms\": {:.4}, \"raw_ms\": {:.4}, \"ep_over_raw\": {:.4}, \"fixed_us\": {:.2}, \
              \"ep_eager_ms\": {:.4}, \"ep_compiled_ms\": {:.4}, \"raw_eager_ms\": {:.4}, \"raw_compiled_ms\": {:.4}, \
-             \"ep_path\": \"{}\", \"host_syncs_per_run\": {:.3}, \"host_reads_per_run\": {:.3}, \"max_abs_diff\": {:e}}}{}",
+             \"ep_path\": \"{}\", \"other_path\": \"{}\", \"us_per_node\": {:.3}, \"host_syncs_per_run\": {:.3}, \"host_reads_per_run\": {:.3}, \"max_abs_diff\": {:e}}}{}",
             m.name,
             m.nodes,
             m.ep_s * 1e3,
@@ -1198,6 +1207,8 @@ fn run() -> Result<(), String> {
             m.raw_eager_s * 1e3,
             m.raw_compiled_s * 1e3,
             m.path,
+            m.other_path,
+            m.ep_s * 1e6 / m.nodes as f64,
             m.syncs_per_run,
             m.reads_per_run,
             m.max_abs_diff,

@@ -206,6 +206,37 @@ fn split_in_closure(
         .collect()
 }
 
+/// The host value of a `HostEval` argument: a host copy the slot has (reading the array back
+/// when it has none, which the planner avoids), or the shape of its array.
+fn host_arg(
+    arg: &plan::HostArg,
+    slots: &Slots,
+) -> Result<Option<onnx_ir::TensorData>, RuntimeError> {
+    Ok(match arg {
+        plan::HostArg::Absent => None,
+        plan::HostArg::Const(t) => Some(t.clone()),
+        plan::HostArg::ShapeOf(slot) => {
+            let dims = shape_i64(slots.get(*slot)?);
+            Some(onnx_ir::TensorData::from_i64(
+                vec![dims.len() as i64],
+                &dims,
+            ))
+        }
+        plan::HostArg::Value(slot) => {
+            if let Some(t) = slots.host_values.get(slot) {
+                return Ok(Some(t.clone()));
+            }
+            let a = slots.get(*slot)?;
+            let dtype = crate::dtype::to_onnx(a.dtype())
+                .ok_or_else(|| err("a host value of a complex array"))?;
+            let v = Host { slots }.ints(*slot).map_err(err)?;
+            let t = plan::tensor_from_i64(dtype, shape_i64(a), &v)
+                .ok_or_else(|| err("a host value of a non-integer array"))?;
+            Some(t)
+        }
+    })
+}
+
 /// An array of a host-computed tensor.
 pub(crate) fn host_array(t: &onnx_ir::TensorData) -> Result<Array, RuntimeError> {
     let shape = to_i32s(&t.dims, "host tensor dim")?;
@@ -708,6 +739,15 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
             extra::resize_interp(slots.get(*x)?, &a, s)?
         }
         Col2Im { x, spec, .. } => col2im::col2im(slots.get(*x)?, spec, &mut Host { slots }, s)?,
+        HostEval { node, args, out } => {
+            let values = args
+                .iter()
+                .map(|a| host_arg(a, slots))
+                .collect::<Result<Vec<_>, _>>()?;
+            let value = plan::eval_host_node(node, &values).map_err(err)?;
+            slots.set_host(*out, value)?;
+            return Ok(());
+        }
         Require { ok, .. } => {
             let ok = slots.get(*ok)?.clone();
             let axes: Vec<i32> = (0..ok.ndim() as i32).collect();

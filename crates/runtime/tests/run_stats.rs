@@ -325,3 +325,86 @@ fn a_strided_output_costs_one_more_synchronisation() {
     let last = e.run_stats().last.unwrap();
     assert_eq!((last.host_syncs, last.host_reads), (2, 0), "{last:?}");
 }
+
+/// `y = reshape(r, [shape(r)[0], -1])` of `r = relu(x)`, whose shape the planner doesn't know
+/// (as after a reshape with a computed target): the Shape chain runs on the host while the
+/// graph is built (HostEval steps), so nothing is read back from the device.
+fn shape_of_activation() -> Graph {
+    let mut g = graph(
+        vec![ValueInfo::new(
+            "x",
+            DataType::Float,
+            vec![Dim::Unknown, Dim::Unknown, Dim::Unknown],
+        )],
+        vec![ValueInfo::new(
+            "y",
+            DataType::Float,
+            vec![Dim::Unknown, Dim::Unknown],
+        )],
+        vec![
+            Node::new("Relu", ["x"], ["r"]),
+            Node::new("Shape", ["r"], ["s"]),
+            Node::new("Gather", ["s", "zero"], ["n"]).with_attr("axis", Attribute::Int(0)),
+            Node::new("Unsqueeze", ["n", "axes"], ["n1"]),
+            Node::new("Concat", ["n1", "minus_one"], ["target"])
+                .with_attr("axis", Attribute::Int(0)),
+            named(Node::new("Reshape", ["r", "target"], ["y"]), "reshape"),
+        ],
+    );
+    for (name, dims, v) in [
+        ("zero", vec![], vec![0]),
+        ("axes", vec![1], vec![0]),
+        ("minus_one", vec![1], vec![-1]),
+    ] {
+        g.initializers
+            .insert(name.into(), TensorData::from_i64(dims, &v));
+    }
+    typed(&mut g, "r", DataType::Float);
+    for n in ["s", "n", "n1", "target"] {
+        typed(&mut g, n, DataType::Int64);
+    }
+    g
+}
+
+#[test]
+fn shape_arithmetic_of_activations_runs_on_the_host() {
+    let g = shape_of_activation();
+    for compile in [false, true] {
+        let e = exe(&g, compile);
+        let host_evals = e
+            .plan()
+            .steps
+            .iter()
+            .filter(|s| matches!(s, plan::Step::HostEval { .. }))
+            .count();
+        assert_eq!(host_evals, 4, "{}", e.plan());
+        assert_eq!(e.plan().compile_class(), CompileClass::ShapeKeyed);
+        for dims in [[2i64, 3, 4], [5, 1, 2], [2, 3, 4]] {
+            let n = dims.iter().product::<i64>() as usize;
+            let x = f32_bytes(&(0..n).map(|i| i as f32 - 3.0).collect::<Vec<_>>());
+            let out = e
+                .run(&[InputTensor {
+                    dtype: DataType::Float,
+                    dims: &dims,
+                    data: &x,
+                }])
+                .expect("run");
+            assert_eq!(out[0].dims, vec![dims[0], dims[1] * dims[2]]);
+            let got: Vec<f32> = out[0]
+                .data()
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            let want: Vec<f32> = (0..n).map(|i| (i as f32 - 3.0).max(0.0)).collect();
+            assert_eq!(got, want);
+            let last = e.run_stats().last.unwrap();
+            assert_eq!((last.host_syncs, last.host_reads), (1, 0), "{last:?}");
+            let path = if compile {
+                RunPath::GeneralCompiled
+            } else {
+                RunPath::Eager
+            };
+            assert_eq!(last.path, path);
+        }
+    }
+}
