@@ -8,6 +8,8 @@
 #   bash tests/gpu/device_run.sh bench        the GPU benchmarks
 #   bash tests/gpu/device_run.sh perf         `bench overhead --device gpu` (EP vs raw MLX, per run and
 #                                             per node) and the GQA decoders of `bench llm` on the GPU
+#   bash tests/gpu/device_run.sh compiled     the LLM, model and contrib suites on the GPU stream with
+#                                             compiling on (the GPU default: decode closures)
 # The first call on a machine (any phase) assembles the CUDA build of MLX from the staged parts.
 # Results go to $OUT. The kernel cache is the EP's default (under ~/.cache), as a user gets it.
 set -uo pipefail
@@ -86,6 +88,13 @@ bench)
   timeout 500 python3 tests/gpu/bench_gpu.py "$out/gpu_bench.json" "${ORTMLX_GPU_BENCH:-encoder,llama-tiny,llama-large}" 2> "$out/bench.err"
   echo "bench exit $?"
   tail -n 5 "$out/bench.err"
+  ;;
+compiled)
+  echo "== LLM, model and contrib suites on the GPU stream, compile on (ORT $(python3 -c 'import onnxruntime; print(onnxruntime.__version__)'))"
+  ORTMLX_TEST_DEVICE=gpu timeout 420 $py -rf tests/python/test_llm.py tests/python/test_models.py tests/python/test_contrib.py \
+    tests/python/test_gpu.py > "$out/compiled.log" 2> "$out/compiled.err"
+  echo "pytest exit $?"
+  tail -n 8 "$out/compiled.log"
   ;;
 perf)
   echo "== bench overhead --device gpu (EP vs the same MLX calls written directly)"

@@ -207,7 +207,7 @@ ort.register_execution_provider_library("ortmlx", os.environ["ORTMLX_EP_LIBRARY"
 devices = [d for d in ort.get_ep_devices() if d.ep_name == "MLXExecutionProvider"]
 options = ort.SessionOptions()
 options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
-options.add_provider_for_devices(devices, {"compile": "on"})
+options.add_provider_for_devices(devices, {"compile": "on", **json.loads(sys.argv[2])})
 mlx = ort.InferenceSession(model, sess_options=options)
 prompt = prompt_ids(cfg, 12)
 want, got = generate(cpu, cfg, prompt, 10), generate(mlx, cfg, prompt, 10)
@@ -229,13 +229,14 @@ def test_gqa_decode_runs_one_compiled_closure_per_token(tmp_path, variant):
     import subprocess
     import sys
 
-    from conftest import LIBRARY_VAR
+    from conftest import DEFAULT_EP_OPTIONS, LIBRARY_VAR
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("ORTMLX_")}
     env[LIBRARY_VAR] = os.path.abspath(os.environ[LIBRARY_VAR])
     env["ORTMLX_TRACE"] = str(tmp_path / "trace.json")
     env["PYTHONPATH"] = os.path.dirname(os.path.abspath(__file__))
-    result = subprocess.run([sys.executable, "-c", GQA_COMPILED_CHILD, variant], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    ep_options = json.dumps(DEFAULT_EP_OPTIONS)  # device=gpu under ORTMLX_TEST_DEVICE=gpu
+    result = subprocess.run([sys.executable, "-c", GQA_COMPILED_CHILD, variant, ep_options], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, f"child failed:\n{result.stdout}\n{result.stderr}"
     out = json.loads(result.stdout.strip().splitlines()[-1])
     assert out["got"] == out["want"]
