@@ -109,3 +109,97 @@ def test_svr(kernel):
     m = export(SVR(kernel=kernel, degree=2, gamma=0.2, coef0=0.5, C=2.0).fit(x, y), x)
     assert ml_ops(m) == ["SVMRegressor"]
     check_against_cpu(m, {"X": data(20, seed=10) * 0.3}, ["SVMRegressor"], **SVM)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tree ensembles (and the pipelines the issue names). Feeds of 40 rows keep ORT's kernel on its
+# serial path (it splits the trees across threads above 50 rows, which changes the order of
+# its sums); within it the sums are ORT's own order, so scores compare exactly, and through
+# ORT's LOGISTIC / SOFTMAX (MLX's exp differs in the last bits) at rtol 1e-6, atol 1e-7.
+
+from sklearn.ensemble import (  # noqa: E402
+    GradientBoostingClassifier,
+    GradientBoostingRegressor,
+    RandomForestClassifier,
+    RandomForestRegressor,
+)
+from sklearn.pipeline import make_pipeline  # noqa: E402
+from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor  # noqa: E402
+
+TREES = dict(rtol=1e-6, atol=1e-7)
+
+
+def labels_of(x: np.ndarray, classes: int) -> np.ndarray:
+    score = x[:, 0] + 0.5 * x[:, 1] * x[:, 2] + np.random.default_rng(11).standard_normal(len(x))
+    edges = np.quantile(score, np.linspace(0, 1, classes + 1)[1:-1])
+    return np.searchsorted(edges, score) * 3 + 2  # int64 labels 2, 5, 8, ...
+
+
+REGRESSORS = {
+    "decision_tree": lambda: DecisionTreeRegressor(max_depth=6, random_state=0),
+    "random_forest": lambda: RandomForestRegressor(n_estimators=12, max_depth=5, random_state=0),
+    "gradient_boosting": lambda: GradientBoostingRegressor(n_estimators=20, max_depth=3, random_state=0),
+}
+
+CLASSIFIERS = {
+    "decision_tree": lambda: DecisionTreeClassifier(max_depth=6, random_state=0),
+    "random_forest": lambda: RandomForestClassifier(n_estimators=12, max_depth=5, random_state=0),
+    "gradient_boosting": lambda: GradientBoostingClassifier(n_estimators=15, max_depth=3, random_state=0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REGRESSORS))
+def test_tree_regressors(name):
+    x = data(200)
+    y = x[:, 0] * 2 - x[:, 1] * x[:, 3] + np.sin(x[:, 2])
+    m = export(REGRESSORS[name]().fit(x, y), x)
+    assert ml_ops(m) == ["TreeEnsembleRegressor"]
+    feed = data(40, seed=12)
+    feed[3] = x[5]  # a training row: lands on thresholds' exact sides
+    check_against_cpu(m, {"X": feed}, ["TreeEnsembleRegressor"], **EXACT)
+
+
+def test_random_forest_two_targets():
+    x = data(200)
+    y = np.stack([x[:, 0] - x[:, 1], x[:, 2] * x[:, 3]], axis=1)
+    m = export(RandomForestRegressor(n_estimators=8, max_depth=4, random_state=0).fit(x, y), x)
+    check_against_cpu(m, {"X": data(40, seed=13)}, ["TreeEnsembleRegressor"], **EXACT)
+
+
+@pytest.mark.parametrize("classes", [2, 3, 4])
+@pytest.mark.parametrize("name", sorted(CLASSIFIERS))
+def test_tree_classifiers(name, classes):
+    x = data(200)
+    m = export(CLASSIFIERS[name]().fit(x, labels_of(x, classes)), x, zipmap=False)
+    assert "TreeEnsembleClassifier" in ml_ops(m)
+    tol = EXACT if name != "gradient_boosting" else TREES
+    check_against_cpu(m, {"X": data(40, seed=14)}, ml_ops(m), **tol)
+
+
+def test_pipeline_scaler_and_random_forest_fully_on_mlx():
+    x = data(200)
+    pipe = make_pipeline(StandardScaler(), RandomForestClassifier(n_estimators=10, max_depth=5, random_state=0))
+    m = export(pipe.fit(x, labels_of(x, 3)), x, zipmap=False)
+    assert set(ml_ops(m)) == {"Scaler", "TreeEnsembleClassifier"}
+    check_against_cpu(m, {"X": data(40, seed=15)}, None, all_on_mlx=True, **EXACT)
+
+
+def test_pipeline_scaler_and_gradient_boosting_fully_on_mlx():
+    x = data(200)
+    pipe = make_pipeline(StandardScaler(), GradientBoostingRegressor(n_estimators=25, max_depth=3, random_state=0))
+    m = export(pipe.fit(x, x[:, 0] * x[:, 1] - x[:, 4]), x)
+    check_against_cpu(m, {"X": data(40, seed=16)}, None, all_on_mlx=True, **EXACT)
+
+
+def test_tree_ensemble_opset_5():
+    x = data(200)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = to_onnx(
+            RandomForestRegressor(n_estimators=6, max_depth=4, random_state=0).fit(x, x[:, 0] - x[:, 2]),
+            x[:1],
+            target_opset={"": 18, "ai.onnx.ml": 5},
+        )
+    if ml_ops(m) != ["TreeEnsemble"]:
+        pytest.skip(f"skl2onnx wrote {ml_ops(m)} for ai.onnx.ml 5")
+    check_against_cpu(m, {"X": data(40, seed=17)}, ["TreeEnsemble"], **EXACT)
