@@ -30,7 +30,7 @@ use crate::step::{ArgReduceOp, ReduceAxes, ReduceOp, UnaryOp as U};
 #[rustfmt::skip]
 pub fn register(r: &mut Registry) {
     r.op(ML, "TreeEnsembleRegressor", 1, 4, claim_regressor, lower_regressor)
-        .notes("float32/int32/int64 `[N, C]`; all node modes, missing_value_tracks_true, SUM/AVERAGE/MIN/MAX, base_values, float32 `*_as_tensor`; PROBIT and float64 thresholds declined");
+        .notes("float32 `[N, C]`; all node modes, missing_value_tracks_true, SUM/AVERAGE/MIN/MAX, base_values, float32 `*_as_tensor`; PROBIT and float64 thresholds declined");
     r.op(ML, "TreeEnsembleClassifier", 1, 4, claim_classifier, lower_classifier)
         .notes("float32/int32/int64 `[N, C]`, `classlabels_int64s`; ORT's binary single-score rule; PROBIT, string labels and float64 thresholds declined");
     r.op(ML, "TreeEnsemble", 5, ML_MAX, claim_v5, lower_v5)
@@ -525,10 +525,12 @@ fn ensemble_v5(node: &Node) -> Result<Ensemble, String> {
         3 => Agg::Max,
         v => return Err(format!("{op}: aggregate_function = {v}")),
     };
+    // ORT maps the codes through its own enum order (NONE, LOGISTIC, SOFTMAX, ...), which
+    // swaps the spec's SOFTMAX (1) and LOGISTIC (2): its numbers are the ones users get.
     let post = match attr_int(node, "post_transform")?.unwrap_or(0) {
         0 => Post::None,
-        1 => Post::Softmax,
-        2 => Post::Logistic,
+        1 => Post::Logistic,
+        2 => Post::Softmax,
         3 => Post::SoftmaxZero,
         4 => {
             return Err(format!(
@@ -707,15 +709,15 @@ fn claim_input(
     if node.input(0).and_then(|n| ctx.rank(n)).is_none() {
         return Ok(());
     }
-    let rank = rank_1_or_2(ctx, node, 0)?;
-    // ORT reads a 1-D input as one row of one feature.
-    let c = if rank == 1 {
-        1
-    } else {
-        match feature_count(ctx, node, 0) {
-            Some(c) => c,
-            None => return Ok(()),
-        }
+    let rank = ctx.expect_rank(node, 0)?;
+    if rank != 2 {
+        decline!(
+            "{}: input 0 has rank {rank} (ORT's kernel reads [N, C])",
+            node.op_type
+        );
+    }
+    let Some(c) = feature_count(ctx, node, 0) else {
+        return Ok(());
     };
     if e.forest.max_feature >= c {
         decline!(
@@ -731,7 +733,8 @@ const INPUTS: &[DataType] = &[DataType::Float, DataType::Int32, DataType::Int64]
 
 fn claim_regressor(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
     let e = ensemble_v3(node, false).or_decline()?;
-    claim_input(ctx, node, &e, INPUTS)
+    // ORT 1.31 has no integer kernel of the regressor.
+    claim_input(ctx, node, &e, &[DataType::Float])
 }
 
 fn claim_v5(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
@@ -777,9 +780,8 @@ fn take(ctx: &mut LowerCtx, x: Slot, indices: Slot, dt: DataType) -> Slot {
     out
 }
 
-/// The float32 `[N, C]` input. ORT rejects inputs of rank other than 1 or 2 and nodes
-/// reading a feature the input lacks (a 1-D input counts as one feature): where the claim
-/// could not check that, a run-time requirement does.
+/// The float32 `[N, C]` input. ORT rejects inputs of another rank and nodes reading a
+/// feature the input lacks: where the claim could not check that, a run-time requirement does.
 fn input_rows(ctx: &mut LowerCtx, node: &Node, f: &Forest) -> Result<Slot, PlanError> {
     let (fl, i, b) = (DataType::Float, DataType::Int64, DataType::Bool);
     let dt = ctx.input_dtype(node, 0)?;
@@ -787,11 +789,7 @@ fn input_rows(ctx: &mut LowerCtx, node: &Node, f: &Forest) -> Result<Slot, PlanE
     // ORT compares integer features with float thresholds after converting them to float.
     let x = ctx.cast(x, dt, fl);
     let rank = ctx.input_rank(node, 0);
-    let known_c = crate::ops::microsoft::lower_last_dim(ctx, node, 0);
-    if rank == Some(1) {
-        return Ok(crate::ops::microsoft::unsqueeze(ctx, x, 0, fl));
-    }
-    if rank == Some(2) && known_c.is_some() {
+    if rank == Some(2) && crate::ops::microsoft::lower_last_dim(ctx, node, 0).is_some() {
         return Ok(x);
     }
     let shape = ctx.temp(i);
@@ -813,19 +811,11 @@ fn input_rows(ctx: &mut LowerCtx, node: &Node, f: &Forest) -> Result<Slot, PlanE
     let is2 = ctx.binary(BinaryOp::Equal, rk, two, i);
     let maxf = ctx.scalar(i, f.max_feature as f64)?;
     let wide = ctx.binary(BinaryOp::Greater, last, maxf, i);
-    let mut ok = ctx.binary(BinaryOp::LogicalAnd, is2, wide, b);
-    if f.max_feature == 0 {
-        let one = ctx.scalar(i, 1.0)?;
-        let is1 = ctx.binary(BinaryOp::Equal, rk, one, i);
-        ok = ctx.binary(BinaryOp::LogicalOr, ok, is1, b);
-    }
+    let ok = ctx.binary(BinaryOp::LogicalAnd, is2, wide, b);
     let out = ctx.temp(b);
     ctx.push(Step::Require {
         ok,
-        what: format!(
-            "the input must be [N, C] with C > {} (or [C] when only feature 0 is read)",
-            f.max_feature
-        ),
+        what: format!("the input must be [N, C] with C > {}", f.max_feature),
         out,
     });
     let flat = ctx.temp(fl);
@@ -1256,8 +1246,14 @@ fn binary_scores(
     let one = |ctx: &mut LowerCtx| -> Result<Slot, PlanError> {
         let s = v0;
         let (a, c) = if e.distinct_classes == 1 && e.weights_positive {
+            // [1 - p, p]; ORT 1.31 takes p through LOGISTIC here too.
+            let p = if e.post == Post::Logistic {
+                logistic(ctx, s)?
+            } else {
+                s
+            };
             let one = ctx.scalar(fl, 1.0)?;
-            (ctx.binary(BinaryOp::Subtract, one, s, fl), s)
+            (ctx.binary(BinaryOp::Subtract, one, p, fl), p)
         } else if e.post == Post::Logistic {
             let ns = ctx.unary(U::Negative, s, fl);
             (logistic(ctx, ns)?, logistic(ctx, s)?)
