@@ -645,6 +645,8 @@ def binary_votes(leaf_votes, rule, rng):
 @pytest.mark.parametrize("base", [0, 1])
 @pytest.mark.parametrize("post", ["NONE", "LOGISTIC", "SOFTMAX"])
 def test_tree_classifier_binary(rule, positive, base, post):
+    if post == "LOGISTIC" and positive and rule != "both" and ORT_VERSION <= (1, 23):
+        pytest.skip("ORT 1.23 leaves these binary scores untransformed; the EP follows newer ORT (1.31: [1 - logistic(s), logistic(s)])")
     rng = np.random.default_rng(10)
     nodes, leaf_votes = random_trees(11, trees=3, modes=MODES)
     if positive:
