@@ -538,14 +538,14 @@ def tree_feed(rows=30, features=3, seed=20, nan=False):
     return x
 
 
-def regressor(nodes, votes, targets=1, features=3, dtype=F32, ml_opset=3, **attrs):
+def tree_regressor(nodes, votes, targets=1, features=3, dtype=F32, ml_opset=3, **attrs):
     return ml_model(
         "TreeEnsembleRegressor", [("x", dtype, ["N", features])], [("y", F32)], ml_opset=ml_opset,
         n_targets=targets, **v3_attrs(nodes, votes), **attrs,
     )
 
 
-def classifier(nodes, votes, labels, features=3, dtype=F32, **attrs):
+def tree_classifier(nodes, votes, labels, features=3, dtype=F32, **attrs):
     return ml_model(
         "TreeEnsembleClassifier", [("x", dtype, ["N", features])], [("label", I64), ("y", F32)], ml_opset=3,
         classlabels_int64s=labels, **v3_attrs(nodes, votes, "class"), **attrs,
@@ -560,7 +560,7 @@ def check_trees(model, feeds, tol=EXACT):
 @pytest.mark.parametrize("missing", [False, True])
 def test_tree_regressor_modes(mode, missing):
     nodes, votes = random_trees(1, modes=(mode,), missing=missing)
-    check_trees(regressor(nodes, votes), {"x": tree_feed(nan=True)})
+    check_trees(tree_regressor(nodes, votes), {"x": tree_feed(nan=True)})
 
 
 @pytest.mark.parametrize("aggregate", ["SUM", "AVERAGE", "MIN", "MAX"])
@@ -570,17 +570,17 @@ def test_tree_regressor_aggregates(aggregate, targets, votes):
     base = {"base_values": [0.5, -1.25, 2.0][:targets]} if targets == 3 or aggregate == "SUM" else {}
     if targets == 1 and aggregate == "SUM":
         base = {"base_values": [0.75]}
-    m = regressor(nodes, leaf_votes, targets, aggregate_function=aggregate, **base)
+    m = tree_regressor(nodes, leaf_votes, targets, aggregate_function=aggregate, **base)
     check_trees(m, {"x": tree_feed(40, nan=True)})
 
 
 @pytest.mark.parametrize("post", ["NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO"])
 def test_tree_regressor_post_transforms(post):
     nodes, votes = random_trees(3, targets=3, votes="sparse", modes=MODES)
-    check_trees(regressor(nodes, votes, 3, post_transform=post), {"x": tree_feed()}, EXACT if post == "NONE" else GEMM)
+    check_trees(tree_regressor(nodes, votes, 3, post_transform=post), {"x": tree_feed()}, EXACT if post == "NONE" else GEMM)
     # One target ignores every transform but PROBIT.
     nodes, votes = random_trees(3)
-    check_trees(regressor(nodes, votes, 1, post_transform=post), {"x": tree_feed()})
+    check_trees(tree_regressor(nodes, votes, 1, post_transform=post), {"x": tree_feed()})
 
 
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])
@@ -589,12 +589,12 @@ def test_tree_classifier_integer_features(dtype):
     nodes, votes = random_trees(4, modes=MODES, targets=3)
     t = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
     x = np.random.default_rng(5).integers(-3, 4, (20, 3)).astype(dtype)
-    check_trees(classifier(nodes, votes, [1, 2, 3], dtype=t), {"x": x})
+    check_trees(tree_classifier(nodes, votes, [1, 2, 3], dtype=t), {"x": x})
 
 
 def test_tree_regressor_opset_1_and_float_as_tensor():
     nodes, votes = random_trees(6, modes=MODES)
-    check_trees(regressor(nodes, votes, ml_opset=1), {"x": tree_feed()})
+    check_trees(tree_regressor(nodes, votes, ml_opset=1), {"x": tree_feed()})
     attrs = v3_attrs(nodes, votes)
     values = attrs.pop("nodes_values")
     weights = attrs.pop("target_weights")
@@ -625,7 +625,7 @@ def test_tree_classifier_multiclass(classes, votes, base, post):
     nodes, leaf_votes = random_trees(9, trees=5, modes=MODES, targets=classes, missing=True, votes=votes)
     labels = [3, -1, 10, 7][:classes]
     extra = {"base_values": [0.25, -0.5, 1.0, 0.0][:classes]} if base else {}
-    m = classifier(nodes, leaf_votes, labels, post_transform=post, **extra)
+    m = tree_classifier(nodes, leaf_votes, labels, post_transform=post, **extra)
     check_trees(m, {"x": tree_feed(40, nan=True)}, EXACT if post == "NONE" else GEMM)
 
 
@@ -653,7 +653,7 @@ def test_tree_classifier_binary(rule, positive, base, post):
         leaf_votes = [[t, n, k, abs(w) / 4] for t, n, k, w in leaf_votes]
     votes = binary_votes(leaf_votes, rule, rng)
     extra = {"base_values": [0.3]} if base else {}
-    m = classifier(nodes, votes, [4, 9], post_transform=post, **extra)
+    m = tree_classifier(nodes, votes, [4, 9], post_transform=post, **extra)
     check_trees(m, {"x": tree_feed(40)}, EXACT if post == "NONE" else GEMM)
 
 
@@ -661,10 +661,10 @@ def test_tree_classifier_binary(rule, positive, base, post):
 def test_tree_classifier_binary_sparse_class1(post):
     # Only some leaves vote for class 1: rows without one take ORT's single-score path.
     nodes, leaf_votes = random_trees(12, trees=3, targets=2, votes="sparse")
-    m = classifier(nodes, leaf_votes, [0, 1], post_transform=post)
+    m = tree_classifier(nodes, leaf_votes, [0, 1], post_transform=post)
     check_trees(m, {"x": tree_feed(40)}, EXACT if post == "NONE" else GEMM)
     # With one base value ORT leaves such rows' second score unwritten: not claimed.
-    check_declined(classifier(nodes, leaf_votes, [0, 1], base_values=[0.5]), {"x": tree_feed(40)})
+    check_declined(tree_classifier(nodes, leaf_votes, [0, 1], base_values=[0.5]), {"x": tree_feed(40)})
 
 
 def to_v5(nodes, leaf_votes, targets, member_sets=None):
@@ -755,7 +755,7 @@ def test_tree_ensemble_v5_large_member_set_stays_on_cpu():
 def test_tree_ensembles_declined_forms_stay_on_cpu():
     nodes, votes = random_trees(17, targets=3)
     feeds = {"x": tree_feed()}
-    check_declined(regressor(nodes, votes, 3, post_transform="PROBIT"), feeds)
+    check_declined(tree_regressor(nodes, votes, 3, post_transform="PROBIT"), feeds)
     # Two classes with two base values: ORT's rule for them is not reproduced.
     nodes, votes = random_trees(18)
-    check_declined(classifier(nodes, votes, [0, 1], base_values=[0.1, 0.2]), feeds)
+    check_declined(tree_classifier(nodes, votes, [0, 1], base_values=[0.1, 0.2]), feeds)
