@@ -511,7 +511,8 @@ fn ensemble_v3(node: &Node, classifier: bool) -> Result<Ensemble, String> {
         base,
         labels,
         distinct_classes,
-        weights_positive: w_values.iter().all(|w| !(*w < 0.0)),
+        // ORT tests `w < 0`, so a NaN weight counts as positive.
+        weights_positive: !w_values.iter().any(|w| *w < 0.0),
     })
 }
 
