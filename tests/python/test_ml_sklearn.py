@@ -24,11 +24,12 @@ from sklearn.svm import SVR  # noqa: E402
 from sklearn.preprocessing import Binarizer, MaxAbsScaler, Normalizer, OneHotEncoder, StandardScaler  # noqa: E402
 from skl2onnx import to_onnx  # noqa: E402
 
-from conftest import check_against_cpu  # noqa: E402
+from conftest import assert_on_cpu, assert_outputs_match, check_against_cpu, make_session, run  # noqa: E402
 
 EXACT = dict(rtol=0.0, atol=0.0)
 GEMM = dict(rtol=1e-6, atol=1e-7)
 SVM = dict(rtol=5e-6, atol=1e-6)
+SVC_TOL = dict(rtol=1e-5, atol=1e-5)
 
 
 def data(n: int = 40, c: int = 5, seed: int = 0) -> np.ndarray:
@@ -203,3 +204,37 @@ def test_tree_ensemble_opset_5():
     if ml_ops(m) != ["TreeEnsemble"]:
         pytest.skip(f"skl2onnx wrote {ml_ops(m)} for ai.onnx.ml 5")
     check_against_cpu(m, {"X": data(40, seed=17)}, ["TreeEnsemble"], **EXACT)
+
+
+# ---------------------------------------------------------------------------------------------
+# SVC (SVMClassifier): labels exactly (the random data keeps every score far from the 0 that
+# decides a vote); one-vs-one scores at SVC's tolerance: ORT adds each pair's ~50 weighted
+# kernels in float64, MLX's product in float32, and they cancel (seen: 3.4e-6 on scores of 2).
+
+from sklearn.svm import SVC  # noqa: E402
+
+
+@pytest.mark.parametrize("kernel", ["linear", "poly", "rbf", "sigmoid"])
+@pytest.mark.parametrize("classes", [2, 3, 4])
+def test_svc(kernel, classes):
+    x = data(80) * 0.3
+    m = export(SVC(kernel=kernel, degree=2, gamma=0.3, coef0=0.5, C=2.0).fit(x, labels_of(x, classes)), x, zipmap=False)
+    assert "SVMClassifier" in ml_ops(m)
+    check_against_cpu(m, {"X": data(30, seed=18) * 0.3}, ["SVMClassifier"], **SVC_TOL)
+
+
+def test_pipeline_scaler_and_svc_fully_on_mlx():
+    x = data(80)
+    pipe = make_pipeline(StandardScaler(), SVC(kernel="rbf", C=3.0))
+    m = export(pipe.fit(x, labels_of(x, 2)), x, zipmap=False)
+    check_against_cpu(m, {"X": data(30, seed=19)}, None, all_on_mlx=True, **SVC_TOL)
+
+
+def test_svc_with_probabilities_stays_on_cpu():
+    x = data(80) * 0.3
+    m = export(SVC(probability=True, random_state=0).fit(x, labels_of(x, 3)), x, zipmap=False)
+    feeds = {"X": data(10, seed=20) * 0.3}
+    expected = run(make_session(m, mlx=False), feeds)
+    session = make_session(m, mlx=True)
+    assert_outputs_match(run(session, feeds), expected, rtol=0, atol=0)
+    assert_on_cpu(session, ["SVMClassifier"])
