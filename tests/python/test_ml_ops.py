@@ -759,3 +759,63 @@ def test_tree_ensembles_declined_forms_stay_on_cpu():
     # Two classes with two base values: ORT's rule for them is not reproduced.
     nodes, votes = random_trees(18)
     check_declined(tree_classifier(nodes, votes, [0, 1], base_values=[0.1, 0.2]), feeds)
+
+
+# ---------------------------------------------------------------------------------------------
+# SVMClassifier: small hand-made models (one-vs-one over support vectors, and the linear form).
+# Scores at SVM's tolerance (ORT's GEMM, its float64 pair sums and MLAS's transforms); labels
+# exactly.
+
+
+def svc_model(classes, *, kernel="RBF", vectors=None, post="NONE", features=3, dtype=F32, seed=30, linear=False, **extra):
+    rng = np.random.default_rng(seed)
+    labels = [5, -2, 11, 0][:classes]
+    attrs = dict(kernel_type=kernel, kernel_params=[0.4, 0.25, 2.0], post_transform=post, classlabels_ints=labels)
+    if linear:
+        attrs.update(coefficients=list(rng.normal(size=classes * features)), rho=[0.3])
+    else:
+        vectors = vectors or [2, 3, 1, 2][:classes]
+        v = sum(vectors)
+        attrs.update(
+            vectors_per_class=vectors,
+            support_vectors=list(rng.normal(size=v * features)),
+            coefficients=list(rng.normal(size=(classes - 1) * v) * 2),
+            rho=list(rng.normal(size=classes * (classes - 1) // 2)),
+        )
+    attrs.update(extra)
+    return ml_model("SVMClassifier", [("x", dtype, ["N", features])], [("label", I64), ("y", F32)], **attrs)
+
+
+@pytest.mark.parametrize("kernel", ["LINEAR", "POLY", "RBF", "SIGMOID"])
+@pytest.mark.parametrize("classes", [2, 3, 4])
+@pytest.mark.parametrize("post", ["NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO"])
+def test_svm_classifier(kernel, classes, post):
+    if classes == 2 and post == "LOGISTIC" and ORT_VERSION <= (1, 23):
+        pytest.skip("ORT 1.23 writes a binary SVM's LOGISTIC scores as [1 - s, s]; the EP follows newer ORT (1.31: [1 - logistic(s), logistic(s)])")
+    check(svc_model(classes, kernel=kernel, post=post), {"x": randn(24, 3, seed=31)}, SVM)
+
+
+@pytest.mark.parametrize("classes", [2, 3])
+@pytest.mark.parametrize("post", ["NONE", "LOGISTIC", "SOFTMAX"])
+@pytest.mark.parametrize("seed", [32, 33])
+def test_svm_classifier_linear_form(classes, post, seed):
+    check(svc_model(classes, linear=True, post=post, seed=seed), {"x": randn(24, 3, seed=34)}, SVM)
+
+
+def test_svm_classifier_linear_form_positive_weights():
+    # All coefficients positive: ORT's binary rule picks the second label from a best score of 0.5.
+    m = svc_model(2, linear=True, coefficients=[0.1, 0.2, 0.3, 0.05, 0.1, 0.4], rho=[0.1])
+    check(m, {"x": np.abs(randn(24, 3, seed=35))}, SVM)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_svm_classifier_integer_input(dtype):
+    t = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    x = np.random.default_rng(36).integers(-2, 3, (12, 3)).astype(dtype)
+    check(svc_model(3, kernel="POLY", dtype=t), {"x": x}, SVM)
+
+
+def test_svm_classifier_declined_forms_stay_on_cpu():
+    feeds = {"x": randn(6, 3, seed=37)}
+    check_declined(svc_model(3, post="PROBIT"), feeds)
+    check_declined(svc_model(2, prob_a=[0.5], prob_b=[-0.1]), feeds)
