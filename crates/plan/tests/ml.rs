@@ -631,3 +631,68 @@ fn tree_ensemble_v5_member_sets() {
     let big: Vec<f32> = (0..31).map(|v| v as f32 / 2.0).collect();
     declined(&g(&big), 0, "31 values");
 }
+
+#[test]
+fn svm_classifier() {
+    // Three classes with 1, 2, 1 support vectors of 2 features.
+    let svc = |extra: &[(&str, Attribute)]| {
+        let mut attrs: Vec<(&str, Attribute)> = vec![
+            ("kernel_type", string("RBF")),
+            ("kernel_params", floats(&[0.3, 0.0, 2.0])),
+            ("vectors_per_class", ints(&[1, 2, 1])),
+            ("support_vectors", floats(&[0.5; 8])),
+            ("coefficients", floats(&[1.0; 8])),
+            ("rho", floats(&[0.1, 0.2, 0.3])),
+            ("classlabels_ints", ints(&[7, 8, 9])),
+        ];
+        for (k, v) in extra {
+            attrs.retain(|(n, _)| n != k);
+            attrs.push((k, v.clone()));
+        }
+        let mut g = one("SVMClassifier", 1, F, &[-1, 2], F, &attrs);
+        g.g.nodes[0].outputs = vec!["label".into(), "y".into()];
+        g.output_any("label", I64);
+        g
+    };
+    let p = plan_of(&svc(&[]).build());
+    // Kernels, pair scores, and the two vote products.
+    assert_eq!(count(&p, |s| matches!(s, Step::MatMul { .. })), 3);
+    claim(&svc(&[("post_transform", string("SOFTMAX"))]), 0).unwrap();
+    // The linear form: 3 x 2 coefficients.
+    let linear = svc(&[
+        ("vectors_per_class", ints(&[])),
+        ("support_vectors", floats(&[])),
+        ("coefficients", floats(&[1.0; 6])),
+    ]);
+    claim(&linear, 0).unwrap();
+    declined(&svc(&[("post_transform", string("PROBIT"))]), 0, "PROBIT");
+    declined(
+        &svc(&[("prob_a", floats(&[0.1; 3])), ("prob_b", floats(&[0.1; 3]))]),
+        0,
+        "prob_a",
+    );
+    declined(
+        &svc(&[("vectors_per_class", ints(&[1, 3]))]),
+        0,
+        "2 vectors_per_class",
+    );
+    declined(
+        &svc(&[("support_vectors", floats(&[0.5; 12]))]),
+        0,
+        "2 features, the model 3",
+    );
+    declined(&svc(&[("rho", floats(&[0.1]))]), 0, "1 rho");
+    declined(
+        &svc(&[
+            ("classlabels_ints", ints(&[])),
+            ("classlabels_strings", strings(&["a", "b", "c"])),
+        ]),
+        0,
+        "strings",
+    );
+    declined(
+        &svc(&[("kernel_params", floats(&[]))]),
+        0,
+        "0 kernel_params",
+    );
+}
