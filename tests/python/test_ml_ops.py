@@ -819,3 +819,54 @@ def test_svm_classifier_declined_forms_stay_on_cpu():
     feeds = {"x": randn(6, 3, seed=37)}
     check_declined(svc_model(3, post="PROBIT"), feeds)
     check_declined(svc_model(2, prob_a=[0.5], prob_b=[-0.1]), feeds)
+
+
+# Float64 inputs: ORT compares and sums in float64 (thresholds read from the float attributes
+# or from float64 `*_as_tensor` twins), the MLX EP on its CPU stream.
+F64 = TensorProto.DOUBLE
+
+
+def as_tensors(attrs, names, dtype=F64):
+    out = dict(attrs)
+    for n in names:
+        v = out.pop(n)
+        out[f"{n}_as_tensor"] = helper.make_tensor(n, dtype, [len(v)], v)
+    return out
+
+
+@pytest.mark.parametrize("as_tensor", [False, True])
+@pytest.mark.parametrize("aggregate", ["SUM", "AVERAGE", "MAX"])
+def test_tree_regressor_float64(as_tensor, aggregate):
+    nodes, votes = random_trees(40, trees=5, modes=MODES, targets=3, missing=True, votes="sparse")
+    attrs = v3_attrs(nodes, votes)
+    attrs["nodes_values"] = [v - 1e-9 if v else v for v in attrs["nodes_values"]]  # just below the feeds' values (as float64)
+    attrs["base_values"] = [0.1, 0.2, 0.3]
+    if as_tensor:
+        attrs = as_tensors(attrs, ["nodes_values", "target_weights", "base_values"])
+    m = ml_model("TreeEnsembleRegressor", [("x", F64, ["N", 3])], [("y", F32)], ml_opset=3, n_targets=3, aggregate_function=aggregate, **attrs)
+    check_trees(m, {"x": tree_feed(40, nan=True).astype(np.float64)})
+
+
+@pytest.mark.parametrize("classes", [2, 3])
+@pytest.mark.parametrize("post", ["NONE", "LOGISTIC", "SOFTMAX"])
+def test_tree_classifier_float64(classes, post):
+    nodes, votes = random_trees(41, trees=4, modes=MODES, targets=classes, votes="all" if classes == 3 else "one")
+    if classes == 2:
+        votes = [[t, n, 0, w] for t, n, _, w in votes]
+    attrs = as_tensors(v3_attrs(nodes, votes, "class"), ["nodes_values", "class_weights"])
+    m = ml_model(
+        "TreeEnsembleClassifier", [("x", F64, ["N", 3])], [("label", I64), ("y", F32)], ml_opset=3,
+        classlabels_int64s=[1, 2, 3][:classes], post_transform=post, **attrs,
+    )
+    check_trees(m, {"x": tree_feed(40).astype(np.float64)}, EXACT if post == "NONE" else GEMM)
+
+
+@pytest.mark.parametrize("targets", [1, 3])
+def test_tree_ensemble_v5_float64(targets):
+    nodes, votes = random_trees(42, trees=4, modes=MODES, targets=targets, missing=True, votes="one")
+    attrs = to_v5(nodes, votes, targets)
+    for n in ["nodes_splits", "leaf_weights"]:
+        t = attrs[n]
+        attrs[n] = helper.make_tensor(t.name, F64, list(t.dims), list(onnx.numpy_helper.to_array(t).astype(np.float64) - 1e-10))
+    m = ml_model("TreeEnsemble", [("x", F64, ["N", 3])], [("y", F64)], ml_opset=5, **attrs)
+    check_trees(m, {"x": tree_feed(40, nan=True).astype(np.float64)})

@@ -548,8 +548,13 @@ fn tree_ensembles_decline_what_ort_rejects_or_computes_otherwise() {
             ],
         ),
         0,
-        "float64",
+        "fails to read",
     );
+    // A float64 input compares and sums in float64 (on MLX's CPU stream).
+    let mut g = trees(r, 3, &[]);
+    g.g.inputs[0].dtype = Some(DataType::Double);
+    let p = plan_of(&g.build());
+    assert!(p.slots.iter().any(|s| s.dtype == DataType::Double));
     declined(
         &trees(r, 3, &[("base_values", floats(&[1.0, 2.0]))]),
         0,

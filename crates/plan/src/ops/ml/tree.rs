@@ -13,9 +13,12 @@
 //! ORT's scoring rules are kept: a target or class no leaf gave a weight to outputs 0, one
 //! target ignores every post transform but PROBIT, a two-class classifier follows ORT's
 //! single-score rule (labels and the `[1 - p, p]` / `[-s, s]` score pairs), and the classifier
-//! always sums. BRANCH_MEMBER (opset 5) is lowered as ORT's chain of BRANCH_EQ nodes; the
-//! large sets ORT looks up another way, double thresholds or weights (`*_as_tensor` of
-//! float64), PROBIT, string labels and malformed trees are declined and stay on ORT's CPU EP.
+//! always sums. BRANCH_MEMBER (opset 5) is lowered as ORT's chain of BRANCH_EQ nodes. A float64
+//! input compares and sums in float64 (thresholds from the float attributes or from their
+//! float64 `*_as_tensor` twins), which MLX runs on its CPU stream; ORT's transforms stay in
+//! float32 there too. The large member sets ORT looks up another way, `*_as_tensor` of another
+//! type than the input (ORT fails to read them), PROBIT, string labels and malformed trees are
+//! declined and stay on ORT's CPU EP.
 
 use std::collections::HashMap;
 
@@ -30,11 +33,11 @@ use crate::step::{ArgReduceOp, ReduceAxes, ReduceOp, UnaryOp as U};
 #[rustfmt::skip]
 pub fn register(r: &mut Registry) {
     r.op(ML, "TreeEnsembleRegressor", 1, 4, claim_regressor, lower_regressor)
-        .notes("float32 `[N, C]`; all node modes, missing_value_tracks_true, SUM/AVERAGE/MIN/MAX, base_values, float32 `*_as_tensor`; PROBIT and float64 thresholds declined");
+        .notes("float32/float64 `[N, C]`; all node modes, missing_value_tracks_true, SUM/AVERAGE/MIN/MAX, base_values, `*_as_tensor` of the input's type; PROBIT declined");
     r.op(ML, "TreeEnsembleClassifier", 1, 4, claim_classifier, lower_classifier)
-        .notes("float32/int32/int64 `[N, C]`, `classlabels_int64s`; ORT's binary single-score rule; PROBIT, string labels and float64 thresholds declined");
+        .notes("float32/float64/int32/int64 `[N, C]`, `classlabels_int64s`; ORT's binary single-score rule; PROBIT and string labels declined");
     r.op(ML, "TreeEnsemble", 5, ML_MAX, claim_v5, lower_v5)
-        .notes("float32 `[N, C]`; BRANCH_MEMBER sets of under 31 values in [0, 30] (ORT's BRANCH_EQ chains); larger sets, PROBIT and float64 declined");
+        .notes("float32/float64 `[N, C]`; BRANCH_MEMBER sets of under 31 values in [0, 30] (ORT's BRANCH_EQ chains); post_transform codes as ORT reads them; larger sets and PROBIT declined");
 }
 
 /// The deepest tree (in branch nodes from root to leaf) lowered: one loop level per node.
@@ -95,13 +98,13 @@ enum Agg {
 #[derive(Debug, Default)]
 struct Forest {
     feature: Vec<i32>,
-    threshold: Vec<f32>,
+    threshold: Vec<f64>,
     mode: Vec<Mode>,
     missing_true: Vec<bool>,
     on_true: Vec<i32>,
     on_false: Vec<i32>,
     /// The (target, weight) votes of each leaf, in ORT's order.
-    weights: Vec<Vec<(usize, f32)>>,
+    weights: Vec<Vec<(usize, f64)>>,
     /// The root of each tree, in ORT's tree order.
     roots: Vec<i32>,
     /// Branch nodes on the longest root-to-leaf path.
@@ -113,7 +116,7 @@ struct Forest {
 }
 
 impl Forest {
-    fn push(&mut self, feature: i32, threshold: f32, mode: Mode, missing_true: bool) -> usize {
+    fn push(&mut self, feature: i32, threshold: f64, mode: Mode, missing_true: bool) -> usize {
         let i = self.feature.len();
         self.feature.push(feature);
         self.threshold.push(threshold);
@@ -222,10 +225,14 @@ impl Forest {
 // ---------------------------------------------------------------------------------------------
 // Attributes.
 
-/// A float list attribute, or its `*_as_tensor` twin when that is float32 (float64 declined:
-/// ORT then compares and sums in float64).
-fn floats_or_tensor(node: &Node, name: &str) -> Result<Vec<f32>, String> {
-    let plain = attr_floats(node, name)?.unwrap_or_default();
+/// A float list attribute, or its `*_as_tensor` twin, as values of `dt` (the input's float
+/// type: ORT reads the twin as that type and fails on another).
+fn floats_or_tensor(node: &Node, name: &str, dt: DataType) -> Result<Vec<f64>, String> {
+    let plain: Vec<f64> = attr_floats(node, name)?
+        .unwrap_or_default()
+        .into_iter()
+        .map(f64::from)
+        .collect();
     let tname = format!("{name}_as_tensor");
     match node.attributes.get(&tname) {
         None => Ok(plain),
@@ -239,7 +246,7 @@ fn floats_or_tensor(node: &Node, name: &str) -> Result<Vec<f32>, String> {
                     node.op_type
                 ));
             }
-            tensor_f32(node, &tname, t)
+            tensor_values(node, &tname, t, dt)
         }
         Some(a) => Err(format!(
             "{}: attribute '{tname}' is {}, expected TENSOR",
@@ -249,32 +256,41 @@ fn floats_or_tensor(node: &Node, name: &str) -> Result<Vec<f32>, String> {
     }
 }
 
-/// The values of a float32 tensor attribute.
-fn tensor_f32(node: &Node, name: &str, t: &TensorData) -> Result<Vec<f32>, String> {
-    if t.dtype != DataType::Float {
+/// The values of a tensor attribute of `dt`.
+fn tensor_values(
+    node: &Node,
+    name: &str,
+    t: &TensorData,
+    dt: DataType,
+) -> Result<Vec<f64>, String> {
+    if t.dtype != dt {
         return Err(format!(
-            "{}: '{name}' is {} (float64 thresholds and weights make ORT compare and sum in \
-             float64; only float32 is claimed)",
+            "{}: '{name}' is {} for a {dt} input (ORT's kernel fails to read it)",
             node.op_type, t.dtype
         ));
     }
-    Ok(t.to_f64_vec()
-        .unwrap_or_default()
-        .into_iter()
-        .map(|v| v as f32)
-        .collect())
+    Ok(t.to_f64_vec().unwrap_or_default())
 }
 
-/// A required-or-empty tensor attribute of float32 values.
-fn tensor_attr_f32(node: &Node, name: &str) -> Result<Vec<f32>, String> {
+/// An optional tensor attribute of `dt` values (empty when absent).
+fn tensor_attr(node: &Node, name: &str, dt: DataType) -> Result<Vec<f64>, String> {
     match node.attributes.get(name) {
         None => Ok(Vec::new()),
-        Some(Attribute::Tensor(t)) => tensor_f32(node, name, t),
+        Some(Attribute::Tensor(t)) => tensor_values(node, name, t, dt),
         Some(a) => Err(format!(
             "{}: attribute '{name}' is {}, expected TENSOR",
             node.op_type,
             a.kind()
         )),
+    }
+}
+
+/// The type ORT compares and sums in: float64 for a float64 input, float32 otherwise.
+fn value_type(input: DataType) -> DataType {
+    if input == DataType::Double {
+        DataType::Double
+    } else {
+        DataType::Float
     }
 }
 
@@ -307,7 +323,9 @@ struct Ensemble {
     forest: Forest,
     agg: Agg,
     post: Post,
-    base: Vec<f32>,
+    base: Vec<f64>,
+    /// The type of thresholds, weights and sums (float32 or float64).
+    dt: DataType,
     /// Classifier labels (empty for regressors).
     labels: Vec<i64>,
     /// Distinct class ids over all votes (classifier).
@@ -317,7 +335,7 @@ struct Ensemble {
 }
 
 /// Parses and checks an opset 1/3 node, as ORT's kernel does at session creation.
-fn ensemble_v3(node: &Node, classifier: bool) -> Result<Ensemble, String> {
+fn ensemble_v3(node: &Node, classifier: bool, dt: DataType) -> Result<Ensemble, String> {
     let op = node.op_type.as_str();
     let post = post_transform(node)?;
     if post == Post::Probit {
@@ -327,7 +345,7 @@ fn ensemble_v3(node: &Node, classifier: bool) -> Result<Ensemble, String> {
         ));
     }
     let agg = aggregate(node)?;
-    let base = floats_or_tensor(node, "base_values")?;
+    let base = floats_or_tensor(node, "base_values", dt)?;
     let (prefix, labels, targets) = if classifier {
         if matches!(node.attributes.get("classlabels_strings"), Some(Attribute::Strings(v)) if !v.is_empty())
         {
@@ -382,7 +400,7 @@ fn ensemble_v3(node: &Node, classifier: bool) -> Result<Ensemble, String> {
     let node_ids = ints(node, "nodes_nodeids")?;
     let tree_ids = ints(node, "nodes_treeids")?;
     let trues = ints(node, "nodes_truenodeids")?;
-    let values = floats_or_tensor(node, "nodes_values")?;
+    let values = floats_or_tensor(node, "nodes_values", dt)?;
     let missing = ints(node, "nodes_missing_value_tracks_true")?;
     let n = falses.len();
     if [
@@ -404,7 +422,7 @@ fn ensemble_v3(node: &Node, classifier: bool) -> Result<Ensemble, String> {
     let w_ids = ints(node, &format!("{prefix}_ids"))?;
     let w_nodes = ints(node, &format!("{prefix}_nodeids"))?;
     let w_trees = ints(node, &format!("{prefix}_treeids"))?;
-    let w_values = floats_or_tensor(node, &format!("{prefix}_weights"))?;
+    let w_values = floats_or_tensor(node, &format!("{prefix}_weights"), dt)?;
     let m = w_ids.len();
     if w_nodes.len() != m || w_trees.len() != m || w_values.len() != m {
         return Err(format!(
@@ -509,6 +527,7 @@ fn ensemble_v3(node: &Node, classifier: bool) -> Result<Ensemble, String> {
         agg,
         post,
         base,
+        dt,
         labels,
         distinct_classes,
         // ORT tests `w < 0`, so a NaN weight counts as positive.
@@ -517,7 +536,7 @@ fn ensemble_v3(node: &Node, classifier: bool) -> Result<Ensemble, String> {
 }
 
 /// Parses and checks a TreeEnsemble (opset 5) node, as ORT's conversion to the opset 3 form.
-fn ensemble_v5(node: &Node) -> Result<Ensemble, String> {
+fn ensemble_v5(node: &Node, dt: DataType) -> Result<Ensemble, String> {
     let op = "TreeEnsemble";
     let agg = match attr_int(node, "aggregate_function")?.unwrap_or(1) {
         0 => Agg::Average,
@@ -550,7 +569,7 @@ fn ensemble_v5(node: &Node) -> Result<Ensemble, String> {
     let targets = targets as usize;
     let roots = ints(node, "tree_roots")?;
     let features = ints(node, "nodes_featureids")?;
-    let splits = tensor_attr_f32(node, "nodes_splits")?;
+    let splits = tensor_attr(node, "nodes_splits", dt)?;
     let modes = match node.attributes.get("nodes_modes") {
         Some(Attribute::Tensor(t)) => t.to_i64_vec().unwrap_or_default(),
         _ => return Err(format!("{op}: nodes_modes is missing or not a tensor")),
@@ -560,9 +579,9 @@ fn ensemble_v5(node: &Node) -> Result<Ensemble, String> {
     let falses = ints(node, "nodes_falsenodeids")?;
     let false_leafs = ints(node, "nodes_falseleafs")?;
     let missing = ints(node, "nodes_missing_value_tracks_true")?;
-    let members = tensor_attr_f32(node, "membership_values")?;
+    let members = tensor_attr(node, "membership_values", dt)?;
     let leaf_targets = ints(node, "leaf_targetids")?;
-    let leaf_weights = tensor_attr_f32(node, "leaf_weights")?;
+    let leaf_weights = tensor_attr(node, "leaf_weights", dt)?;
     let n = features.len();
     if [
         splits.len(),
@@ -686,6 +705,7 @@ fn ensemble_v5(node: &Node) -> Result<Ensemble, String> {
         agg,
         post,
         base: Vec::new(),
+        dt,
         labels: Vec::new(),
         distinct_classes: 0,
         weights_positive: true,
@@ -730,21 +750,36 @@ fn claim_input(
     Ok(())
 }
 
-const INPUTS: &[DataType] = &[DataType::Float, DataType::Int32, DataType::Int64];
+/// The classifier's input types (ORT 1.31 has integer kernels of the classifier only).
+const INPUTS: &[DataType] = &[
+    DataType::Float,
+    DataType::Double,
+    DataType::Int32,
+    DataType::Int64,
+];
+/// The regressors' input types.
+const FLOATS_ONLY: &[DataType] = &[DataType::Float, DataType::Double];
+
+/// The value type of input 0, once it is one of `allowed`.
+fn claim_dtype(ctx: &ClaimCtx, node: &Node, allowed: &[DataType]) -> Result<DataType, Decline> {
+    Ok(value_type(ctx.expect_dtype(node, 0, allowed)?))
+}
 
 fn claim_regressor(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
-    let e = ensemble_v3(node, false).or_decline()?;
-    // ORT 1.31 has no integer kernel of the regressor.
-    claim_input(ctx, node, &e, &[DataType::Float])
+    let dt = claim_dtype(ctx, node, FLOATS_ONLY)?;
+    let e = ensemble_v3(node, false, dt).or_decline()?;
+    claim_input(ctx, node, &e, FLOATS_ONLY)
 }
 
 fn claim_v5(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
-    let e = ensemble_v5(node).or_decline()?;
-    claim_input(ctx, node, &e, &[DataType::Float])
+    let dt = claim_dtype(ctx, node, FLOATS_ONLY)?;
+    let e = ensemble_v5(node, dt).or_decline()?;
+    claim_input(ctx, node, &e, FLOATS_ONLY)
 }
 
 fn claim_classifier(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
-    let e = ensemble_v3(node, true).or_decline()?;
+    let dt = claim_dtype(ctx, node, INPUTS)?;
+    let e = ensemble_v3(node, true, dt).or_decline()?;
     claim_input(ctx, node, &e, INPUTS)?;
     let f = &e.forest;
     if e.labels.len() == 2 && e.distinct_classes != 1 && e.base.len() == 1 && !f.always_scored()[1]
@@ -763,6 +798,17 @@ fn claim_classifier(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
 fn i32_const(ctx: &mut LowerCtx, dims: Vec<i64>, v: &[i32]) -> Slot {
     let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
     ctx.constant(TensorData::new(DataType::Int32, dims, bytes).expect("sized"))
+}
+
+/// A constant of `dt` (float32 or float64) holding `v`.
+fn value_const(ctx: &mut LowerCtx, dt: DataType, dims: Vec<i64>, v: &[f64]) -> Slot {
+    if dt == DataType::Double {
+        let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        ctx.constant(TensorData::new(DataType::Double, dims, bytes).expect("sized"))
+    } else {
+        let v: Vec<f32> = v.iter().map(|&x| x as f32).collect();
+        f32_const(ctx, dims, &v)
+    }
 }
 
 fn bool_const(ctx: &mut LowerCtx, dims: Vec<i64>, v: &[bool]) -> Slot {
@@ -784,8 +830,9 @@ fn take(ctx: &mut LowerCtx, x: Slot, indices: Slot, dt: DataType) -> Slot {
 /// The float32 `[N, C]` input. ORT rejects inputs of another rank and nodes reading a
 /// feature the input lacks: where the claim could not check that, a run-time requirement does.
 fn input_rows(ctx: &mut LowerCtx, node: &Node, f: &Forest) -> Result<Slot, PlanError> {
-    let (fl, i, b) = (DataType::Float, DataType::Int64, DataType::Bool);
+    let (i, b) = (DataType::Int64, DataType::Bool);
     let dt = ctx.input_dtype(node, 0)?;
+    let fl = value_type(dt);
     let x = ctx.input(node, 0)?;
     // ORT compares integer features with float thresholds after converting them to float.
     let x = ctx.cast(x, dt, fl);
@@ -829,8 +876,14 @@ fn input_rows(ctx: &mut LowerCtx, node: &Node, f: &Forest) -> Result<Slot, PlanE
 }
 
 /// Walks every row down every tree: the int32 `[N, T]` leaf indices.
-fn traverse(ctx: &mut LowerCtx, node: &Node, x: Slot, f: &Forest) -> Result<Slot, PlanError> {
-    let (fl, i32t, b) = (DataType::Float, DataType::Int32, DataType::Bool);
+fn traverse(
+    ctx: &mut LowerCtx,
+    node: &Node,
+    x: Slot,
+    f: &Forest,
+    fl: DataType,
+) -> Result<Slot, PlanError> {
+    let (i32t, b) = (DataType::Int32, DataType::Bool);
     let m = f.feature.len() as i64;
     let t = f.roots.len() as i64;
     let same = f.same_mode();
@@ -848,7 +901,7 @@ fn traverse(ctx: &mut LowerCtx, node: &Node, x: Slot, f: &Forest) -> Result<Slot
     };
     let at = |v: &[i32]| -> Vec<i32> { f.roots.iter().map(|&r| v[r as usize]).collect() };
     let feature = i32_const(ctx, vec![m], &f.feature);
-    let threshold = f32_const(ctx, vec![m], &f.threshold);
+    let threshold = value_const(ctx, fl, vec![m], &f.threshold);
     let on_true = i32_const(ctx, vec![m], &f.on_true);
     let on_false = i32_const(ctx, vec![m], &f.on_false);
     let codes: Vec<i32> = f.mode.iter().map(|m| m.code()).collect();
@@ -867,8 +920,8 @@ fn traverse(ctx: &mut LowerCtx, node: &Node, x: Slot, f: &Forest) -> Result<Slot
                     axis: 1,
                     out: xv,
                 });
-                let th: Vec<f32> = f.roots.iter().map(|&r| f.threshold[r as usize]).collect();
-                let th = f32_const(ctx, vec![t], &th);
+                let th: Vec<f64> = f.roots.iter().map(|&r| f.threshold[r as usize]).collect();
+                let th = value_const(ctx, fl, vec![t], &th);
                 let mode = same.is_none().then(|| i32_const(ctx, vec![t], &at(&codes)));
                 let mt = missing.then(|| {
                     let v: Vec<bool> = f
@@ -925,8 +978,13 @@ fn traverse(ctx: &mut LowerCtx, node: &Node, x: Slot, f: &Forest) -> Result<Slot
 
 /// The sum over axis 1 of `[N, T, K]` (or `[N, T]`), tree by tree (ORT's order) up to
 /// [`MAX_SEQUENTIAL`] trees: `[N, K]` (or `[N, 1]`).
-fn sum_trees(ctx: &mut LowerCtx, g: Slot, t: i64, k: Option<i64>) -> Result<Slot, PlanError> {
-    let fl = DataType::Float;
+fn sum_trees(
+    ctx: &mut LowerCtx,
+    g: Slot,
+    t: i64,
+    k: Option<i64>,
+    fl: DataType,
+) -> Result<Slot, PlanError> {
     if t > MAX_SEQUENTIAL {
         let out = ctx.temp(fl);
         ctx.push(Step::Reduce {
@@ -949,8 +1007,8 @@ fn sum_trees(ctx: &mut LowerCtx, g: Slot, t: i64, k: Option<i64>) -> Result<Slot
 }
 
 /// Min or max over axis 1.
-fn extreme(ctx: &mut LowerCtx, g: Slot, op: ReduceOp, keepdims: bool) -> Slot {
-    let out = ctx.temp(DataType::Float);
+fn extreme(ctx: &mut LowerCtx, g: Slot, op: ReduceOp, keepdims: bool, dt: DataType) -> Slot {
+    let out = ctx.temp(dt);
     ctx.push(Step::Reduce {
         op,
         x: g,
@@ -976,18 +1034,27 @@ fn logistic(ctx: &mut LowerCtx, s: Slot) -> Result<Slot, PlanError> {
     Ok(select(ctx, neg, w, v, fl))
 }
 
-/// ORT's `write_scores` transform of `[N, K]` scores, `K >= 2`.
+/// ORT's `write_scores` transform of `[N, K]` scores of `dt`, `K >= 2`, written as `out`:
+/// the transforms compute in float32 (ORT casts each score to float for them).
 fn transform(
     ctx: &mut LowerCtx,
     node: &Node,
     s: Slot,
     k: i64,
     post: Post,
+    dt: DataType,
+    out: DataType,
 ) -> Result<Slot, PlanError> {
-    match post {
-        Post::Logistic => logistic(ctx, s),
-        _ => apply_post(ctx, node, s, k, post),
+    let f = DataType::Float;
+    if post == Post::None {
+        return Ok(ctx.cast(s, dt, out));
     }
+    let s = ctx.cast(s, dt, f);
+    let y = match post {
+        Post::Logistic => logistic(ctx, s)?,
+        _ => apply_post(ctx, node, s, k, post)?,
+    };
+    Ok(ctx.cast(y, f, out))
 }
 
 /// Per-row sums `[N, K]` and, where some row may miss a vote for a class, the has-a-vote mask
@@ -1003,12 +1070,13 @@ fn gather_votes(
     f: &Forest,
     leaves: Slot,
     agg: Agg,
+    fl: DataType,
 ) -> Result<Scores, PlanError> {
-    let (fl, b) = (DataType::Float, DataType::Bool);
+    let b = DataType::Bool;
     let m = f.feature.len();
     let k = f.targets;
     let t = f.roots.len() as i64;
-    let mut w = vec![0f32; m * k];
+    let mut w = vec![0f64; m * k];
     let mut h = vec![false; m * k];
     for (i, votes) in f.weights.iter().enumerate() {
         for &(c, v) in votes {
@@ -1018,7 +1086,7 @@ fn gather_votes(
     }
     let always = f.always_scored();
     let need_has = always.iter().any(|a| !a) || matches!(agg, Agg::Min | Agg::Max);
-    let wt = f32_const(ctx, vec![m as i64, k as i64], &w);
+    let wt = value_const(ctx, fl, vec![m as i64, k as i64], &w);
     let g = take(ctx, wt, leaves, fl);
     let hg = if need_has {
         let ht = bool_const(ctx, vec![m as i64, k as i64], &h);
@@ -1027,7 +1095,7 @@ fn gather_votes(
         None
     };
     let sum = match agg {
-        Agg::Sum | Agg::Average => sum_trees(ctx, g, t, Some(k as i64))?,
+        Agg::Sum | Agg::Average => sum_trees(ctx, g, t, Some(k as i64), fl)?,
         Agg::Min | Agg::Max => {
             let (op, fill) = if agg == Agg::Min {
                 (ReduceOp::Min, f64::INFINITY)
@@ -1036,7 +1104,7 @@ fn gather_votes(
             };
             let fill = ctx.scalar(fl, fill)?;
             let masked = select(ctx, hg.expect("has mask"), g, fill, fl);
-            extreme(ctx, masked, op, false)
+            extreme(ctx, masked, op, false, fl)
         }
     };
     let has = if always.iter().all(|a| *a) {
@@ -1056,56 +1124,67 @@ fn gather_votes(
 }
 
 /// `has ? v : 0`.
-fn zero_unscored(ctx: &mut LowerCtx, v: Slot, has: Option<Slot>) -> Result<Slot, PlanError> {
+fn zero_unscored(
+    ctx: &mut LowerCtx,
+    v: Slot,
+    has: Option<Slot>,
+    dt: DataType,
+) -> Result<Slot, PlanError> {
     Ok(match has {
         None => v,
         Some(h) => {
-            let zero = ctx.scalar(DataType::Float, 0.0)?;
-            select(ctx, h, v, zero, DataType::Float)
+            let zero = ctx.scalar(dt, 0.0)?;
+            select(ctx, h, v, zero, dt)
         }
     })
 }
 
 /// The regressor scores `[N, K]` of an ensemble (TreeEnsembleRegressor and TreeEnsemble).
-fn regress(ctx: &mut LowerCtx, node: &Node, e: &Ensemble) -> Result<Slot, PlanError> {
-    let fl = DataType::Float;
+fn regress(
+    ctx: &mut LowerCtx,
+    node: &Node,
+    e: &Ensemble,
+    out: DataType,
+) -> Result<Slot, PlanError> {
+    let fl = e.dt;
     let f = &e.forest;
     let x = input_rows(ctx, node, f)?;
-    let leaves = traverse(ctx, node, x, f)?;
+    let leaves = traverse(ctx, node, x, f, fl)?;
     let t = f.roots.len() as i64;
     if f.targets == 1 {
         // One target: each leaf's first vote; transforms other than PROBIT do not apply.
-        let lw: Vec<f32> = f
+        let lw: Vec<f64> = f
             .weights
             .iter()
             .map(|w| w.first().map_or(0.0, |w| w.1))
             .collect();
-        let lw = f32_const(ctx, vec![lw.len() as i64], &lw);
+        let lw = value_const(ctx, fl, vec![lw.len() as i64], &lw);
         let g = take(ctx, lw, leaves, fl);
         let s = match e.agg {
-            Agg::Sum => sum_trees(ctx, g, t, None)?,
+            Agg::Sum => sum_trees(ctx, g, t, None, fl)?,
             Agg::Average => {
-                let s = sum_trees(ctx, g, t, None)?;
-                let n = ctx.scalar(fl, t as f32 as f64)?;
+                let s = sum_trees(ctx, g, t, None, fl)?;
+                let n = ctx.scalar(fl, t as f64)?;
                 ctx.binary(BinaryOp::Divide, s, n, fl)
             }
-            Agg::Min => extreme(ctx, g, ReduceOp::Min, true),
-            Agg::Max => extreme(ctx, g, ReduceOp::Max, true),
+            Agg::Min => extreme(ctx, g, ReduceOp::Min, true, fl),
+            Agg::Max => extreme(ctx, g, ReduceOp::Max, true, fl),
         };
         let origin = if e.base.len() == 1 { e.base[0] } else { 0.0 };
-        let origin = ctx.scalar(fl, origin as f64)?;
-        return Ok(ctx.binary(BinaryOp::Add, s, origin, fl));
+        let origin = ctx.scalar(fl, origin)?;
+        let y = ctx.binary(BinaryOp::Add, s, origin, fl);
+        return Ok(ctx.cast(y, fl, out));
     }
     let k = f.targets as i64;
-    let sc = gather_votes(ctx, f, leaves, e.agg)?;
-    let base = (!e.base.is_empty()).then(|| f32_const(ctx, vec![k], &e.base));
+    let sc = gather_votes(ctx, f, leaves, e.agg, fl)?;
+    let base = (!e.base.is_empty()).then(|| value_const(ctx, fl, vec![k], &e.base));
     let v = match e.agg {
         Agg::Sum => match base {
             Some(bs) => ctx.binary(BinaryOp::Add, sc.sum, bs, fl),
             None => sc.sum,
         },
         Agg::Average => {
-            let n = ctx.scalar(fl, t as f32 as f64)?;
+            let n = ctx.scalar(fl, t as f64)?;
             let a = ctx.binary(BinaryOp::Divide, sc.sum, n, fl);
             match base {
                 Some(bs) => ctx.binary(BinaryOp::Add, a, bs, fl),
@@ -1117,37 +1196,41 @@ fn regress(ctx: &mut LowerCtx, node: &Node, e: &Ensemble) -> Result<Slot, PlanEr
             None => sc.sum,
         },
     };
-    let v = zero_unscored(ctx, v, sc.has)?;
-    transform(ctx, node, v, k, e.post)
+    let v = zero_unscored(ctx, v, sc.has, fl)?;
+    transform(ctx, node, v, k, e.post, fl, out)
 }
 
 fn lower_regressor(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
-    let e = ensemble_v3(node, false).or_invalid(node)?;
-    let y = regress(ctx, node, &e)?;
+    let dt = value_type(ctx.input_dtype(node, 0)?);
+    let e = ensemble_v3(node, false, dt).or_invalid(node)?;
+    // The opset 1/3 regressor always writes float32.
+    let y = regress(ctx, node, &e, DataType::Float)?;
     ctx.finish(node, 0, y, DataType::Float)
 }
 
 fn lower_v5(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
-    let e = ensemble_v5(node).or_invalid(node)?;
-    let y = regress(ctx, node, &e)?;
-    ctx.finish(node, 0, y, DataType::Float)
+    let dt = value_type(ctx.input_dtype(node, 0)?);
+    let e = ensemble_v5(node, dt).or_invalid(node)?;
+    let y = regress(ctx, node, &e, dt)?;
+    ctx.finish(node, 0, y, dt)
 }
 
 fn lower_classifier(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
-    let (fl, i) = (DataType::Float, DataType::Int64);
-    let e = ensemble_v3(node, true).or_invalid(node)?;
+    let i = DataType::Int64;
+    let fl = value_type(ctx.input_dtype(node, 0)?);
+    let e = ensemble_v3(node, true, fl).or_invalid(node)?;
     let f = &e.forest;
     let x = input_rows(ctx, node, f)?;
-    let leaves = traverse(ctx, node, x, f)?;
+    let leaves = traverse(ctx, node, x, f, fl)?;
     let k = e.labels.len() as i64;
     // ORT's classifier always sums the votes.
-    let sc = gather_votes(ctx, f, leaves, Agg::Sum)?;
+    let sc = gather_votes(ctx, f, leaves, Agg::Sum, fl)?;
     let (label, y) = if k > 2 {
         let (s, has) = if e.base.is_empty() {
             (sc.sum, sc.has)
         } else {
             // Base values give every class a score.
-            let bs = f32_const(ctx, vec![k], &e.base);
+            let bs = value_const(ctx, fl, vec![k], &e.base);
             (ctx.binary(BinaryOp::Add, sc.sum, bs, fl), None)
         };
         // The first best class among those with a score.
@@ -1174,13 +1257,16 @@ fn lower_classifier(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
             axis: 0,
             out: lab,
         });
-        let v = zero_unscored(ctx, s, has)?;
-        (lab, transform(ctx, node, v, k, e.post)?)
+        let v = zero_unscored(ctx, s, has, fl)?;
+        (
+            lab,
+            transform(ctx, node, v, k, e.post, fl, DataType::Float)?,
+        )
     } else {
         binary_scores(ctx, node, &e, sc)?
     };
     ctx.finish(node, 0, label, i)?;
-    ctx.finish(node, 1, y, fl)
+    ctx.finish(node, 1, y, DataType::Float)
 }
 
 /// ORT's two-class rule: labels `[N]` and scores `[N, 2]`.
@@ -1190,7 +1276,9 @@ fn binary_scores(
     e: &Ensemble,
     sc: Scores,
 ) -> Result<(Slot, Slot), PlanError> {
-    let (fl, i, b) = (DataType::Float, DataType::Int64, DataType::Bool);
+    let (i, b) = (DataType::Int64, DataType::Bool);
+    let fl = e.dt;
+    let f32t = DataType::Float;
     let f = &e.forest;
     let always = f.always_scored();
     let slice = |ctx: &mut LowerCtx, v: Slot, j: i64, dt: DataType| {
@@ -1207,7 +1295,7 @@ fn binary_scores(
     };
     let h1_never = f.never_scored(1);
     if e.base.len() == 1 {
-        let b0 = ctx.scalar(fl, e.base[0] as f64)?;
+        let b0 = ctx.scalar(fl, e.base[0])?;
         s0 = ctx.binary(BinaryOp::Add, s0, b0, fl);
     }
     let zero = ctx.scalar(fl, 0.0)?;
@@ -1241,11 +1329,16 @@ fn binary_scores(
     // Scores when class 1 has a vote: both transformed as usual.
     let two = |ctx: &mut LowerCtx| -> Result<Slot, PlanError> {
         let pair = crate::ops::microsoft::concat(ctx, vec![v0, s1], 1, fl);
-        transform(ctx, node, pair, 2, e.post)
+        transform(ctx, node, pair, 2, e.post, fl, f32t)
     };
     // Scores from the single class-0 score `s`.
+    // (LOGISTIC computes in float32, the rest in the value type, as ORT.)
     let one = |ctx: &mut LowerCtx| -> Result<Slot, PlanError> {
-        let s = v0;
+        let (s, t) = if e.post == Post::Logistic {
+            (ctx.cast(v0, fl, f32t), f32t)
+        } else {
+            (v0, fl)
+        };
         let (a, c) = if e.distinct_classes == 1 && e.weights_positive {
             // [1 - p, p]; ORT 1.31 takes p through LOGISTIC here too.
             let p = if e.post == Post::Logistic {
@@ -1253,15 +1346,16 @@ fn binary_scores(
             } else {
                 s
             };
-            let one = ctx.scalar(fl, 1.0)?;
-            (ctx.binary(BinaryOp::Subtract, one, p, fl), p)
+            let one = ctx.scalar(t, 1.0)?;
+            (ctx.binary(BinaryOp::Subtract, one, p, t), p)
         } else if e.post == Post::Logistic {
-            let ns = ctx.unary(U::Negative, s, fl);
+            let ns = ctx.unary(U::Negative, s, t);
             (logistic(ctx, ns)?, logistic(ctx, s)?)
         } else {
-            (ctx.unary(U::Negative, s, fl), s)
+            (ctx.unary(U::Negative, s, t), s)
         };
-        Ok(crate::ops::microsoft::concat(ctx, vec![a, c], 1, fl))
+        let pair = crate::ops::microsoft::concat(ctx, vec![a, c], 1, t);
+        Ok(ctx.cast(pair, t, f32t))
     };
     let y = if h1_never {
         one(ctx)?
@@ -1271,7 +1365,7 @@ fn binary_scores(
             Some(h) => {
                 let a = two(ctx)?;
                 let c = one(ctx)?;
-                select(ctx, h, a, c, fl)
+                select(ctx, h, a, c, f32t)
             }
         }
     };
