@@ -808,10 +808,13 @@ def test_svm_classifier_linear_form_positive_weights():
     check(m, {"x": np.abs(randn(24, 3, seed=35))}, SVM)
 
 
-@pytest.mark.parametrize("dtype", [np.int32, np.int64])
-def test_svm_classifier_integer_input(dtype):
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.float64])
+def test_svm_classifier_integer_and_float64_input(dtype):
+    # ORT converts the input to float32 first.
     t = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
     x = np.random.default_rng(36).integers(-2, 3, (12, 3)).astype(dtype)
+    if dtype == np.float64:
+        x = x + np.random.default_rng(37).normal(size=x.shape) * 1e-3
     check(svc_model(3, kernel="POLY", dtype=t), {"x": x}, SVM)
 
 

@@ -19,7 +19,7 @@ pub fn register(r: &mut Registry) {
     r.op(ML, "SVMRegressor", 1, ML_MAX, claim_svm_regressor, lower_svm_regressor)
         .notes("float32 `[N, C]`; LINEAR, POLY, RBF, SIGMOID kernels, one_class; post_transform NONE only");
     r.op(ML, "SVMClassifier", 1, ML_MAX, claim_svm_classifier, lower_svm_classifier)
-        .notes("float32/int32/int64 `[N, C]`, `classlabels_ints`; one-vs-one votes over LINEAR, POLY, RBF, SIGMOID kernels, or the linear form; prob_a/prob_b, PROBIT and string labels declined");
+        .notes("float32/float64/int32/int64 `[N, C]` (read as float32, as ORT), `classlabels_ints`; one-vs-one votes over LINEAR, POLY, RBF, SIGMOID kernels, or the linear form; prob_a/prob_b, PROBIT and string labels declined");
 }
 
 /// The SVM kernels.
@@ -317,10 +317,16 @@ fn svc_features(a: &SvcAttrs) -> Result<i64, String> {
 }
 
 fn claim_svm_classifier(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
+    // ORT converts every input type to float32 first.
     ctx.expect_dtype(
         node,
         0,
-        &[DataType::Float, DataType::Int32, DataType::Int64],
+        &[
+            DataType::Float,
+            DataType::Double,
+            DataType::Int32,
+            DataType::Int64,
+        ],
     )?;
     let a = svc_attrs(node).or_decline()?;
     let c = svc_features(&a).or_decline()?;
