@@ -24,7 +24,7 @@ from sklearn.svm import SVR  # noqa: E402
 from sklearn.preprocessing import Binarizer, MaxAbsScaler, Normalizer, OneHotEncoder, StandardScaler  # noqa: E402
 from skl2onnx import to_onnx  # noqa: E402
 
-from conftest import assert_on_cpu, assert_outputs_match, check_against_cpu, make_session, run  # noqa: E402
+from conftest import assert_on_cpu, assert_on_mlx, assert_outputs_match, check_against_cpu, make_session, run  # noqa: E402
 
 EXACT = dict(rtol=0.0, atol=0.0)
 GEMM = dict(rtol=1e-6, atol=1e-7)
@@ -238,3 +238,17 @@ def test_svc_with_probabilities_stays_on_cpu():
     session = make_session(m, mlx=True)
     assert_outputs_match(run(session, feeds), expected, rtol=0, atol=0)
     assert_on_cpu(session, ["SVMClassifier"])
+
+
+def test_zipmap_stays_on_cpu_after_a_forest_on_mlx():
+    x = data(200)
+    m = export(RandomForestClassifier(n_estimators=5, max_depth=4, random_state=0).fit(x, labels_of(x, 3)), x)
+    assert "ZipMap" in ml_ops(m)
+    feeds = {"X": data(20, seed=21)}
+    expected = run(make_session(m, mlx=False), feeds)
+    session = make_session(m, mlx=True)
+    actual = run(session, feeds)
+    np.testing.assert_array_equal(actual[0], expected[0])
+    assert actual[1] == expected[1]  # one {label: probability} map per row, bit for bit
+    assert_on_mlx(session, ["TreeEnsembleClassifier"])
+    assert_on_cpu(session, ["ZipMap"])
