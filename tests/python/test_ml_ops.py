@@ -672,8 +672,6 @@ def to_v5(nodes, leaf_votes, targets, member_sets=None):
     that replaces that node's comparison by BRANCH_MEMBER."""
     code = {m: i for i, m in enumerate(MODES)}
     index, leaf_index, roots = {}, {}, []
-    for t, n, *_rest in nodes:
-        pass
     inner = [r for r in nodes if r[4] != "LEAF"]
     leaves = [r for r in nodes if r[4] == "LEAF"]
     for i, r in enumerate(inner):

@@ -22,6 +22,7 @@ from sklearn.impute import SimpleImputer  # noqa: E402
 from sklearn.linear_model import LinearRegression, LogisticRegression  # noqa: E402
 from sklearn.svm import SVR  # noqa: E402
 from sklearn.preprocessing import Binarizer, MaxAbsScaler, Normalizer, OneHotEncoder, StandardScaler  # noqa: E402
+from onnx import helper as onnx_helper  # noqa: E402
 from skl2onnx import to_onnx  # noqa: E402
 
 from conftest import assert_on_cpu, assert_on_mlx, assert_outputs_match, check_against_cpu, make_session, run  # noqa: E402
@@ -192,18 +193,27 @@ def test_pipeline_scaler_and_gradient_boosting_fully_on_mlx():
     check_against_cpu(m, {"X": data(40, seed=16)}, None, all_on_mlx=True, **EXACT)
 
 
-def test_tree_ensemble_opset_5():
+def test_random_forest_as_tree_ensemble_opset_5():
+    # skl2onnx writes the opset 3 regressor (invalid at ai.onnx.ml 5); the same trees as
+    # TreeEnsemble, through the hand-written tests' converter.
+    from test_ml_ops import to_v5, ml_model as one_node
+
     x = data(200)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        m = to_onnx(
-            RandomForestRegressor(n_estimators=6, max_depth=4, random_state=0).fit(x, x[:, 0] - x[:, 2]),
-            x[:1],
-            target_opset={"": 18, "ai.onnx.ml": 5},
+    m3 = export(RandomForestRegressor(n_estimators=6, max_depth=4, random_state=0).fit(x, x[:, 0] - x[:, 2]), x)
+    a = {at.name: onnx_helper.get_attribute_value(at) for at in m3.graph.node[0].attribute}
+    leaf = [mode == b"LEAF" for mode in a["nodes_modes"]]
+    nodes = [
+        [t, n, f, v, "LEAF" if lf else mode.decode(), tr, fa, 0]
+        for t, n, f, v, mode, tr, fa, lf in zip(
+            a["nodes_treeids"], a["nodes_nodeids"], a["nodes_featureids"], a["nodes_values"], a["nodes_modes"],
+            a["nodes_truenodeids"], a["nodes_falsenodeids"], leaf,
         )
-    if ml_ops(m) != ["TreeEnsemble"]:
-        pytest.skip(f"skl2onnx wrote {ml_ops(m)} for ai.onnx.ml 5")
-    check_against_cpu(m, {"X": data(40, seed=17)}, ["TreeEnsemble"], **EXACT)
+    ]
+    votes = [list(v) for v in zip(a["target_treeids"], a["target_nodeids"], a["target_ids"], a["target_weights"])]
+    m5 = one_node("TreeEnsemble", [("X", 1, ["N", 5])], [("Y", 1)], ml_opset=5, **to_v5(nodes, votes, 1))
+    feed = {"X": data(40, seed=17)}
+    check_against_cpu(m5, feed, ["TreeEnsemble"], **EXACT)
+    np.testing.assert_array_equal(run(make_session(m5, mlx=True), feed)[0], run(make_session(m3, mlx=False), feed)[0])
 
 
 # ---------------------------------------------------------------------------------------------
