@@ -871,3 +871,18 @@ def test_tree_ensemble_v5_float64(targets):
         attrs[n] = helper.make_tensor(t.name, F64, list(t.dims), list(onnx.numpy_helper.to_array(t).astype(np.float64) - 1e-10))
     m = ml_model("TreeEnsemble", [("x", F64, ["N", 3])], [("y", F64)], ml_opset=5, **attrs)
     check_trees(m, {"x": tree_feed(40, nan=True).astype(np.float64)})
+
+
+def test_trees_and_svm_classifier_on_an_empty_batch():
+    nodes, votes = random_trees(3, targets=3, votes="sparse", modes=MODES)
+    binary = [[t, n, 0, w] for t, n, _, w in random_trees(5)[1]]
+    models = [
+        tree_regressor(nodes, votes, 3, post_transform="SOFTMAX"),
+        tree_classifier(nodes, votes, [1, 2, 3]),
+        tree_classifier(random_trees(5)[0], binary, [0, 1]),
+        v5_model(to_v5(*random_trees(4, votes="one", targets=2), 2)),
+        svc_model(3),
+        svc_model(2),
+    ]
+    for m in models:
+        check(m, {"x": np.zeros((0, 3), np.float32)})
