@@ -461,3 +461,428 @@ def test_svm_regressor_post_transform_stays_on_cpu():
     m = svm_regressor("RBF", 3)
     m.graph.node[0].attribute.append(helper.make_attribute("post_transform", "LOGISTIC"))
     check_declined(m, {"x": randn(3, 4)})
+
+
+# ---------------------------------------------------------------------------------------------
+# Tree ensembles. Random forests written here (thresholds on a grid the integer-valued feeds
+# hit exactly, so every comparison's equality side is exercised), as ai.onnx.ml 1/3 attributes
+# and as TreeEnsemble (ai.onnx.ml 5). Feeds stay under ORT's 50 rows so its kernel sums the
+# trees serially, in the order the MLX lowering does: scores compare exactly, and at GEMM's
+# tolerance through ORT's LOGISTIC / SOFTMAX (its exp).
+
+MODES = ["BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT", "BRANCH_EQ", "BRANCH_NEQ"]
+
+
+def random_trees(seed, *, trees=4, depth=4, features=3, modes=("BRANCH_LEQ",), targets=1, missing=False, votes="all"):
+    """Nodes of ``trees`` random trees as lists (tree id, node id, feature, value, mode, true,
+    false, missing-tracks-true) and leaf votes (tree id, node id, target, weight). ``votes``:
+    "all" targets per leaf, "one" random target per leaf, "sparse" a random subset."""
+    rng = np.random.default_rng(seed)
+    nodes, leaf_votes = [], []
+    for t in range(trees):
+        counter = [0]
+
+        def grow(d):
+            nid = counter[0]
+            counter[0] += 1
+            row = [t, nid, 0, 0.0, "LEAF", 0, 0, 0]
+            nodes.append(row)
+            if d == depth or (d > 1 and rng.random() < 0.25):
+                ks = list(range(targets))
+                if votes == "one":
+                    ks = [int(rng.integers(targets))]
+                elif votes == "sparse":
+                    ks = [k for k in ks if rng.random() < 0.5] or [int(rng.integers(targets))]
+                for k in ks:
+                    leaf_votes.append([t, nid, k, float(np.float32(rng.normal() * 2))])
+                return nid
+            row[2] = int(rng.integers(features))
+            row[3] = float(rng.integers(-3, 4)) / 2
+            row[4] = str(rng.choice(list(modes)))
+            row[7] = int(missing and rng.random() < 0.5)
+            row[5] = grow(d + 1)
+            row[6] = grow(d + 1)
+            return nid
+
+        grow(0)
+    return nodes, leaf_votes
+
+
+def v3_attrs(nodes, leaf_votes, prefix="target"):
+    cols = list(zip(*nodes))
+    votes = list(zip(*leaf_votes))
+    return dict(
+        nodes_treeids=list(cols[0]),
+        nodes_nodeids=list(cols[1]),
+        nodes_featureids=list(cols[2]),
+        nodes_values=list(cols[3]),
+        nodes_modes=list(cols[4]),
+        nodes_truenodeids=list(cols[5]),
+        nodes_falsenodeids=list(cols[6]),
+        nodes_missing_value_tracks_true=list(cols[7]),
+        **{
+            f"{prefix}_treeids": list(votes[0]),
+            f"{prefix}_nodeids": list(votes[1]),
+            f"{prefix}_ids": list(votes[2]),
+            f"{prefix}_weights": list(votes[3]),
+        },
+    )
+
+
+def tree_feed(rows=30, features=3, seed=20, nan=False):
+    x = np.random.default_rng(seed).integers(-4, 5, (rows, features)).astype(np.float32) / 2
+    x[::5] += 0.25
+    if nan:
+        x[1::4, 0] = np.nan
+        x[2::7, 2] = np.nan
+    return x
+
+
+def tree_regressor(nodes, votes, targets=1, features=3, dtype=F32, ml_opset=3, **attrs):
+    return ml_model(
+        "TreeEnsembleRegressor", [("x", dtype, ["N", features])], [("y", F32)], ml_opset=ml_opset,
+        n_targets=targets, **v3_attrs(nodes, votes), **attrs,
+    )
+
+
+def tree_classifier(nodes, votes, labels, features=3, dtype=F32, **attrs):
+    return ml_model(
+        "TreeEnsembleClassifier", [("x", dtype, ["N", features])], [("label", I64), ("y", F32)], ml_opset=3,
+        classlabels_int64s=labels, **v3_attrs(nodes, votes, "class"), **attrs,
+    )
+
+
+def check_trees(model, feeds, tol=EXACT):
+    check_against_cpu(model, feeds, [model.graph.node[0].op_type], **tol)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("missing", [False, True])
+def test_tree_regressor_modes(mode, missing):
+    nodes, votes = random_trees(1, modes=(mode,), missing=missing)
+    check_trees(tree_regressor(nodes, votes), {"x": tree_feed(nan=True)})
+
+
+@pytest.mark.parametrize("aggregate", ["SUM", "AVERAGE", "MIN", "MAX"])
+@pytest.mark.parametrize("targets,votes", [(1, "all"), (3, "all"), (3, "sparse")])
+def test_tree_regressor_aggregates(aggregate, targets, votes):
+    nodes, leaf_votes = random_trees(2, trees=5, depth=5, modes=MODES, targets=targets, missing=True, votes=votes)
+    base = {"base_values": [0.5, -1.25, 2.0][:targets]} if targets == 3 or aggregate == "SUM" else {}
+    if targets == 1 and aggregate == "SUM":
+        base = {"base_values": [0.75]}
+    m = tree_regressor(nodes, leaf_votes, targets, aggregate_function=aggregate, **base)
+    check_trees(m, {"x": tree_feed(40, nan=True)})
+
+
+@pytest.mark.parametrize("post", ["NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO"])
+def test_tree_regressor_post_transforms(post):
+    nodes, votes = random_trees(3, targets=3, votes="sparse", modes=MODES)
+    check_trees(tree_regressor(nodes, votes, 3, post_transform=post), {"x": tree_feed()}, EXACT if post == "NONE" else GEMM)
+    # One target ignores every transform but PROBIT.
+    nodes, votes = random_trees(3)
+    check_trees(tree_regressor(nodes, votes, 1, post_transform=post), {"x": tree_feed()})
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_tree_classifier_integer_features(dtype):
+    # ORT 1.31 has integer kernels of the classifier only.
+    nodes, votes = random_trees(4, modes=MODES, targets=3)
+    t = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    x = np.random.default_rng(5).integers(-3, 4, (20, 3)).astype(dtype)
+    check_trees(tree_classifier(nodes, votes, [1, 2, 3], dtype=t), {"x": x})
+
+
+def test_tree_regressor_opset_1_and_float_as_tensor():
+    nodes, votes = random_trees(6, modes=MODES)
+    check_trees(tree_regressor(nodes, votes, ml_opset=1), {"x": tree_feed()})
+    attrs = v3_attrs(nodes, votes)
+    values = attrs.pop("nodes_values")
+    weights = attrs.pop("target_weights")
+    m = ml_model(
+        "TreeEnsembleRegressor", [("x", F32, ["N", 3])], [("y", F32)], ml_opset=3, n_targets=1, **attrs,
+        nodes_values_as_tensor=helper.make_tensor("v", F32, [len(values)], values),
+        target_weights_as_tensor=helper.make_tensor("w", F32, [len(weights)], weights),
+    )
+    check_trees(m, {"x": tree_feed()})
+
+
+def test_tree_regressor_unknown_rank_checked_at_run_time():
+    nodes, votes = random_trees(8, features=3)
+    attrs = v3_attrs(nodes, votes)
+    assert max(attrs["nodes_featureids"]) == 2
+    node = helper.make_node("TreeEnsembleRegressor", ["x"], ["y"], domain=ML, n_targets=1, **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", F32, None)], [helper.make_tensor_value_info("y", F32, None)])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ML, 3)])
+    m.ir_version = 8
+    check_trees(m, {"x": tree_feed()})
+    check_fails(m, {"x": tree_feed(features=2)}, "C > 2|out of range")
+    check_fails(m, {"x": tree_feed().reshape(2, 15, 3)}, "C > 2|out of range")
+
+
+@pytest.mark.parametrize("classes,votes,base", [(3, "all", False), (3, "sparse", False), (4, "sparse", True), (3, "one", True)])
+@pytest.mark.parametrize("post", ["NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO"])
+def test_tree_classifier_multiclass(classes, votes, base, post):
+    nodes, leaf_votes = random_trees(9, trees=5, modes=MODES, targets=classes, missing=True, votes=votes)
+    labels = [3, -1, 10, 7][:classes]
+    extra = {"base_values": [0.25, -0.5, 1.0, 0.0][:classes]} if base else {}
+    m = tree_classifier(nodes, leaf_votes, labels, post_transform=post, **extra)
+    check_trees(m, {"x": tree_feed(40, nan=True)}, EXACT if post == "NONE" else GEMM)
+
+
+def binary_votes(leaf_votes, rule, rng):
+    """Two-class votes: 'class0' / 'class1' (one class id, ORT's binary case), 'both'."""
+    out = []
+    for t, n, _, w in leaf_votes:
+        if rule == "both":
+            out += [[t, n, 0, -w], [t, n, 1, w]]
+        else:
+            out.append([t, n, int(rule == "class1"), w])
+    return out
+
+
+@pytest.mark.parametrize("rule", ["class0", "class1", "both"])
+@pytest.mark.parametrize("positive", [True, False])
+@pytest.mark.parametrize("base", [0, 1])
+@pytest.mark.parametrize("post", ["NONE", "LOGISTIC", "SOFTMAX"])
+def test_tree_classifier_binary(rule, positive, base, post):
+    if post == "LOGISTIC" and positive and rule != "both" and ORT_VERSION <= (1, 23):
+        pytest.skip("ORT 1.23 leaves these binary scores untransformed; the EP follows newer ORT (1.31: [1 - logistic(s), logistic(s)])")
+    rng = np.random.default_rng(10)
+    nodes, leaf_votes = random_trees(11, trees=3, modes=MODES)
+    if positive:
+        leaf_votes = [[t, n, k, abs(w) / 4] for t, n, k, w in leaf_votes]
+    votes = binary_votes(leaf_votes, rule, rng)
+    extra = {"base_values": [0.3]} if base else {}
+    m = tree_classifier(nodes, votes, [4, 9], post_transform=post, **extra)
+    check_trees(m, {"x": tree_feed(40)}, EXACT if post == "NONE" else GEMM)
+
+
+@pytest.mark.parametrize("post", ["NONE", "LOGISTIC"])
+def test_tree_classifier_binary_sparse_class1(post):
+    # Only some leaves vote for class 1: rows without one take ORT's single-score path.
+    nodes, leaf_votes = random_trees(12, trees=3, targets=2, votes="sparse")
+    m = tree_classifier(nodes, leaf_votes, [0, 1], post_transform=post)
+    check_trees(m, {"x": tree_feed(40)}, EXACT if post == "NONE" else GEMM)
+    # With one base value ORT leaves such rows' second score unwritten: not claimed.
+    check_declined(tree_classifier(nodes, leaf_votes, [0, 1], base_values=[0.5]), {"x": tree_feed(40)})
+
+
+def to_v5(nodes, leaf_votes, targets, member_sets=None):
+    """ai.onnx.ml 5 attributes for the same trees; ``member_sets`` maps (tree, node) to a set
+    that replaces that node's comparison by BRANCH_MEMBER."""
+    code = {m: i for i, m in enumerate(MODES)}
+    index, leaf_index, roots = {}, {}, []
+    inner = [r for r in nodes if r[4] != "LEAF"]
+    leaves = [r for r in nodes if r[4] == "LEAF"]
+    for i, r in enumerate(inner):
+        index[(r[0], r[1])] = i
+    for j, r in enumerate(leaves):
+        leaf_index[(r[0], r[1])] = j
+    by_tree = {}
+    for r in nodes:
+        by_tree.setdefault(r[0], r)
+    for t, root in by_tree.items():
+        roots.append(index[(t, root[1])])
+    weight = {(t, n): (k, w) for t, n, k, w in leaf_votes}
+    members, modes, splits = [], [], []
+    for r in inner:
+        s = (member_sets or {}).get((r[0], r[1]))
+        modes.append(6 if s else code[r[4]])
+        splits.append(0.0 if s else r[3])
+        if s:
+            members += list(s) + [float("nan")]
+
+    def child(t, n):
+        return (leaf_index[(t, n)], 1) if (t, n) in leaf_index else (index[(t, n)], 0)
+
+    trues = [child(r[0], r[5]) for r in inner]
+    falses = [child(r[0], r[6]) for r in inner]
+    attrs = dict(
+        n_targets=targets, tree_roots=roots,
+        nodes_featureids=[r[2] for r in inner],
+        nodes_splits=helper.make_tensor("s", F32, [len(inner)], splits),
+        nodes_modes=helper.make_tensor("m", TensorProto.UINT8, [len(inner)], modes),
+        nodes_truenodeids=[c[0] for c in trues], nodes_trueleafs=[c[1] for c in trues],
+        nodes_falsenodeids=[c[0] for c in falses], nodes_falseleafs=[c[1] for c in falses],
+        nodes_missing_value_tracks_true=[r[7] for r in inner],
+        leaf_targetids=[weight[(r[0], r[1])][0] for r in leaves],
+        leaf_weights=helper.make_tensor("w", F32, [len(leaves)], [weight[(r[0], r[1])][1] for r in leaves]),
+    )
+    if members:
+        attrs["membership_values"] = helper.make_tensor("mv", F32, [len(members)], members)
+    return attrs
+
+
+def v5_model(attrs, features=3, **extra):
+    return ml_model("TreeEnsemble", [("x", F32, ["N", features])], [("y", F32)], ml_opset=5, **attrs, **extra)
+
+
+@pytest.mark.parametrize("aggregate", [0, 1, 2, 3])
+@pytest.mark.parametrize("targets", [1, 3])
+def test_tree_ensemble_v5(aggregate, targets):
+    nodes, votes = random_trees(13, trees=4, modes=MODES, targets=targets, missing=True, votes="one")
+    m = v5_model(to_v5(nodes, votes, targets), aggregate_function=aggregate)
+    check_trees(m, {"x": tree_feed(40, nan=True)})
+
+
+@pytest.mark.parametrize("post", [1, 2, 3])
+def test_tree_ensemble_v5_post_transforms(post):
+    # ORT reads 1 as LOGISTIC and 2 as SOFTMAX (its enum order; the spec has them swapped).
+    nodes, votes = random_trees(14, targets=3, votes="one")
+    check_trees(v5_model(to_v5(nodes, votes, 3), post_transform=post), {"x": tree_feed()}, GEMM)
+
+
+@pytest.mark.parametrize("missing", [False, True])
+def test_tree_ensemble_v5_member_sets(missing):
+    nodes, votes = random_trees(15, trees=3, missing=missing)
+    inner = [(r[0], r[1]) for r in nodes if r[4] != "LEAF"]
+    sets = {inner[0]: [0.0, 1.5, 2.0], inner[2]: [1.0], inner[-1]: [30.0, 0.5, 1.0, 2.0]}
+    m = v5_model(to_v5(nodes, votes, 1, sets))
+    x = tree_feed(40, nan=True)
+    x[::3, :] = np.abs(x[::3, :])
+    check_trees(m, {"x": x})
+
+
+def test_tree_ensemble_v5_large_member_set_stays_on_cpu():
+    nodes, votes = random_trees(16, trees=2)
+    inner = [(r[0], r[1]) for r in nodes if r[4] != "LEAF"]
+    m = v5_model(to_v5(nodes, votes, 1, {inner[0]: [float(v) for v in range(0, 40, 3)]}))
+    check_declined(m, {"x": tree_feed()})
+
+
+def test_tree_ensembles_declined_forms_stay_on_cpu():
+    nodes, votes = random_trees(17, targets=3)
+    feeds = {"x": tree_feed()}
+    check_declined(tree_regressor(nodes, votes, 3, post_transform="PROBIT"), feeds)
+    # Two classes with two base values: ORT's rule for them is not reproduced.
+    nodes, votes = random_trees(18)
+    check_declined(tree_classifier(nodes, votes, [0, 1], base_values=[0.1, 0.2]), feeds)
+
+
+# ---------------------------------------------------------------------------------------------
+# SVMClassifier: small hand-made models (one-vs-one over support vectors, and the linear form).
+# Scores at SVM's tolerance (ORT's GEMM, its float64 pair sums and MLAS's transforms); labels
+# exactly.
+
+
+def svc_model(classes, *, kernel="RBF", vectors=None, post="NONE", features=3, dtype=F32, seed=30, linear=False, **extra):
+    rng = np.random.default_rng(seed)
+    labels = [5, -2, 11, 0][:classes]
+    attrs = dict(kernel_type=kernel, kernel_params=[0.4, 0.25, 2.0], post_transform=post, classlabels_ints=labels)
+    if linear:
+        attrs.update(coefficients=list(rng.normal(size=classes * features)), rho=[0.3])
+    else:
+        vectors = vectors or [2, 3, 1, 2][:classes]
+        v = sum(vectors)
+        attrs.update(
+            vectors_per_class=vectors,
+            support_vectors=list(rng.normal(size=v * features)),
+            coefficients=list(rng.normal(size=(classes - 1) * v) * 2),
+            rho=list(rng.normal(size=classes * (classes - 1) // 2)),
+        )
+    attrs.update(extra)
+    return ml_model("SVMClassifier", [("x", dtype, ["N", features])], [("label", I64), ("y", F32)], **attrs)
+
+
+@pytest.mark.parametrize("kernel", ["LINEAR", "POLY", "RBF", "SIGMOID"])
+@pytest.mark.parametrize("classes", [2, 3, 4])
+@pytest.mark.parametrize("post", ["NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO"])
+def test_svm_classifier(kernel, classes, post):
+    if classes == 2 and post == "LOGISTIC" and ORT_VERSION <= (1, 23):
+        pytest.skip("ORT 1.23 writes a binary SVM's LOGISTIC scores as [1 - s, s]; the EP follows newer ORT (1.31: [1 - logistic(s), logistic(s)])")
+    check(svc_model(classes, kernel=kernel, post=post), {"x": randn(24, 3, seed=31)}, SVM)
+
+
+@pytest.mark.parametrize("classes", [2, 3])
+@pytest.mark.parametrize("post", ["NONE", "LOGISTIC", "SOFTMAX"])
+@pytest.mark.parametrize("seed", [32, 33])
+def test_svm_classifier_linear_form(classes, post, seed):
+    check(svc_model(classes, linear=True, post=post, seed=seed), {"x": randn(24, 3, seed=34)}, SVM)
+
+
+def test_svm_classifier_linear_form_positive_weights():
+    # All coefficients positive: ORT's binary rule picks the second label from a best score of 0.5.
+    m = svc_model(2, linear=True, coefficients=[0.1, 0.2, 0.3, 0.05, 0.1, 0.4], rho=[0.1])
+    check(m, {"x": np.abs(randn(24, 3, seed=35))}, SVM)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.float64])
+def test_svm_classifier_integer_and_float64_input(dtype):
+    # ORT converts the input to float32 first.
+    t = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    x = np.random.default_rng(36).integers(-2, 3, (12, 3)).astype(dtype)
+    if dtype == np.float64:
+        x = x + np.random.default_rng(37).normal(size=x.shape) * 1e-3
+    check(svc_model(3, kernel="POLY", dtype=t), {"x": x}, SVM)
+
+
+def test_svm_classifier_declined_forms_stay_on_cpu():
+    feeds = {"x": randn(6, 3, seed=37)}
+    check_declined(svc_model(3, post="PROBIT"), feeds)
+    check_declined(svc_model(2, prob_a=[0.5], prob_b=[-0.1]), feeds)
+
+
+# Float64 inputs: ORT compares and sums in float64 (thresholds read from the float attributes
+# or from float64 `*_as_tensor` twins), the MLX EP on its CPU stream.
+F64 = TensorProto.DOUBLE
+
+
+def as_tensors(attrs, names, dtype=F64):
+    out = dict(attrs)
+    for n in names:
+        v = out.pop(n)
+        out[f"{n}_as_tensor"] = helper.make_tensor(n, dtype, [len(v)], v)
+    return out
+
+
+@pytest.mark.parametrize("as_tensor", [False, True])
+@pytest.mark.parametrize("aggregate", ["SUM", "AVERAGE", "MAX"])
+def test_tree_regressor_float64(as_tensor, aggregate):
+    nodes, votes = random_trees(40, trees=5, modes=MODES, targets=3, missing=True, votes="sparse")
+    attrs = v3_attrs(nodes, votes)
+    attrs["nodes_values"] = [v - 1e-9 if v else v for v in attrs["nodes_values"]]  # just below the feeds' values (as float64)
+    attrs["base_values"] = [0.1, 0.2, 0.3]
+    if as_tensor:
+        attrs = as_tensors(attrs, ["nodes_values", "target_weights", "base_values"])
+    m = ml_model("TreeEnsembleRegressor", [("x", F64, ["N", 3])], [("y", F32)], ml_opset=3, n_targets=3, aggregate_function=aggregate, **attrs)
+    check_trees(m, {"x": tree_feed(40, nan=True).astype(np.float64)})
+
+
+@pytest.mark.parametrize("classes", [2, 3])
+@pytest.mark.parametrize("post", ["NONE", "LOGISTIC", "SOFTMAX"])
+def test_tree_classifier_float64(classes, post):
+    nodes, votes = random_trees(41, trees=4, modes=MODES, targets=classes, votes="all" if classes == 3 else "one")
+    if classes == 2:
+        votes = [[t, n, 0, w] for t, n, _, w in votes]
+    attrs = as_tensors(v3_attrs(nodes, votes, "class"), ["nodes_values", "class_weights"])
+    m = ml_model(
+        "TreeEnsembleClassifier", [("x", F64, ["N", 3])], [("label", I64), ("y", F32)], ml_opset=3,
+        classlabels_int64s=[1, 2, 3][:classes], post_transform=post, **attrs,
+    )
+    check_trees(m, {"x": tree_feed(40).astype(np.float64)}, EXACT if post == "NONE" else GEMM)
+
+
+@pytest.mark.parametrize("targets", [1, 3])
+def test_tree_ensemble_v5_float64(targets):
+    nodes, votes = random_trees(42, trees=4, modes=MODES, targets=targets, missing=True, votes="one")
+    attrs = to_v5(nodes, votes, targets)
+    for n in ["nodes_splits", "leaf_weights"]:
+        t = attrs[n]
+        attrs[n] = helper.make_tensor(t.name, F64, list(t.dims), list(onnx.numpy_helper.to_array(t).astype(np.float64) - 1e-10))
+    m = ml_model("TreeEnsemble", [("x", F64, ["N", 3])], [("y", F64)], ml_opset=5, **attrs)
+    check_trees(m, {"x": tree_feed(40, nan=True).astype(np.float64)})
+
+
+def test_trees_and_svm_classifier_on_an_empty_batch():
+    nodes, votes = random_trees(3, targets=3, votes="sparse", modes=MODES)
+    binary = [[t, n, 0, w] for t, n, _, w in random_trees(5)[1]]
+    models = [
+        tree_regressor(nodes, votes, 3, post_transform="SOFTMAX"),
+        tree_classifier(nodes, votes, [1, 2, 3]),
+        tree_classifier(random_trees(5)[0], binary, [0, 1]),
+        v5_model(to_v5(*random_trees(4, votes="one", targets=2), 2)),
+        svc_model(3),
+        svc_model(2),
+    ]
+    for m in models:
+        check(m, {"x": np.zeros((0, 3), np.float32)})

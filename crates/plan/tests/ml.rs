@@ -369,3 +369,335 @@ fn svm_regressor() {
     g.g.nodes[0].attr("kernel_params", floats(&[0.3]));
     declined(&g, 0, "1 kernel_params");
 }
+
+/// A two-tree regressor over 3 features: tree 0 `x[f0] <= 0.5 ? 1 : (x[2] < 2 ? 2 : 3)`,
+/// tree 1 a stump on feature 1. `extra` replaces or adds attributes.
+fn trees(op: &str, ml: i64, extra: &[(&str, Attribute)]) -> G {
+    let classifier = op == "TreeEnsembleClassifier";
+    let prefix = if classifier { "class" } else { "target" };
+    let mut attrs: Vec<(String, Attribute)> = vec![
+        ("nodes_treeids".into(), ints(&[0, 0, 0, 0, 0, 1, 1, 1])),
+        ("nodes_nodeids".into(), ints(&[0, 1, 2, 3, 4, 0, 1, 2])),
+        ("nodes_featureids".into(), ints(&[0, 0, 2, 0, 0, 1, 0, 0])),
+        (
+            "nodes_values".into(),
+            floats(&[0.5, 0.0, 2.0, 0.0, 0.0, -1.0, 0.0, 0.0]),
+        ),
+        (
+            "nodes_modes".into(),
+            strings(&[
+                "BRANCH_LEQ",
+                "LEAF",
+                "BRANCH_LT",
+                "LEAF",
+                "LEAF",
+                "BRANCH_GT",
+                "LEAF",
+                "LEAF",
+            ]),
+        ),
+        ("nodes_truenodeids".into(), ints(&[1, 0, 3, 0, 0, 1, 0, 0])),
+        ("nodes_falsenodeids".into(), ints(&[2, 0, 4, 0, 0, 2, 0, 0])),
+        (format!("{prefix}_treeids"), ints(&[0, 0, 0, 1, 1])),
+        (format!("{prefix}_nodeids"), ints(&[1, 3, 4, 1, 2])),
+        (format!("{prefix}_ids"), ints(&[0, 0, 0, 0, 0])),
+        (
+            format!("{prefix}_weights"),
+            floats(&[1.0, 2.0, 3.0, 0.5, -0.5]),
+        ),
+    ];
+    if classifier {
+        attrs.push(("classlabels_int64s".into(), ints(&[4, 9])));
+    } else {
+        attrs.push(("n_targets".into(), int(1)));
+    }
+    for (k, v) in extra {
+        attrs.retain(|(n, _)| n != k);
+        attrs.push((k.to_string(), v.clone()));
+    }
+    let attrs: Vec<(&str, Attribute)> =
+        attrs.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+    let mut g = one(op, ml, F, &[-1, 3], F, &attrs);
+    if classifier {
+        let n = g.g.nodes.last_mut().unwrap();
+        n.outputs = vec!["label".into(), "y".into()];
+        g.output_any("label", I64);
+    }
+    g
+}
+
+#[test]
+fn tree_regressor_lowers_to_a_loop_of_gathers() {
+    let g = trees("TreeEnsembleRegressor", 3, &[]);
+    claim(&g, 0).unwrap();
+    let p = plan_of(&g.build());
+    // Depth 2: two levels, the first reading the roots' features with one take of X.
+    assert_eq!(count(&p, |s| matches!(s, Step::TakeAlongAxis { .. })), 1);
+    // Per level: the child pick, and two mode picks (three comparisons are mixed).
+    assert_eq!(count(&p, |s| matches!(s, Step::Where { .. })), 2 * 3);
+    // Two trees summed tree by tree: one add, plus the base value.
+    assert_eq!(
+        count(&p, |s| matches!(
+            s,
+            Step::Binary {
+                op: plan::BinaryOp::Add,
+                ..
+            }
+        )),
+        2
+    );
+    for agg in ["AVERAGE", "MIN", "MAX"] {
+        claim(
+            &trees(
+                "TreeEnsembleRegressor",
+                1,
+                &[("aggregate_function", string(agg))],
+            ),
+            0,
+        )
+        .unwrap();
+    }
+    claim(&trees("TreeEnsembleClassifier", 3, &[]), 0).unwrap();
+}
+
+#[test]
+fn tree_ensembles_decline_what_ort_rejects_or_computes_otherwise() {
+    let r = "TreeEnsembleRegressor";
+    declined(
+        &trees(r, 3, &[("post_transform", string("PROBIT"))]),
+        0,
+        "PROBIT",
+    );
+    declined(&trees(r, 3, &[("n_targets", int(0))]), 0, "n_targets");
+    declined(
+        &trees(
+            r,
+            3,
+            &[("nodes_truenodeids", ints(&[1, 0, 7, 0, 0, 1, 0, 0]))],
+        ),
+        0,
+        "missing node",
+    );
+    declined(
+        &trees(
+            r,
+            3,
+            &[("nodes_truenodeids", ints(&[0, 0, 3, 0, 0, 1, 0, 0]))],
+        ),
+        0,
+        "itself",
+    );
+    declined(
+        &trees(
+            r,
+            3,
+            &[("nodes_featureids", ints(&[0, 0, 3, 0, 0, 1, 0, 0]))],
+        ),
+        0,
+        "feature 3 of 3",
+    );
+    declined(
+        &trees(r, 3, &[("target_ids", ints(&[0, 0, 0, 1, 0]))]),
+        0,
+        "outside [0, 1)",
+    );
+    declined(
+        &trees(r, 3, &[("target_nodeids", ints(&[1, 3, 3, 1, 2]))]),
+        0,
+        "no weight",
+    );
+    declined(
+        &trees(
+            r,
+            3,
+            &[(
+                "nodes_modes",
+                strings(&[
+                    "BRANCH_LEQ",
+                    "LEAF",
+                    "BRANCH_XX",
+                    "LEAF",
+                    "LEAF",
+                    "BRANCH_GT",
+                    "LEAF",
+                    "LEAF",
+                ]),
+            )],
+        ),
+        0,
+        "BRANCH_XX",
+    );
+    // A cycle: node 2's false child is node 0.
+    declined(
+        &trees(
+            r,
+            3,
+            &[("nodes_falsenodeids", ints(&[2, 0, 0, 0, 0, 2, 0, 0]))],
+        ),
+        0,
+        "cycle",
+    );
+    let dbl = TensorData::new(DataType::Double, vec![8], vec![0u8; 64]).unwrap();
+    declined(
+        &trees(
+            r,
+            3,
+            &[
+                ("nodes_values", floats(&[])),
+                ("nodes_values_as_tensor", Attribute::Tensor(dbl)),
+            ],
+        ),
+        0,
+        "fails to read",
+    );
+    // A float64 input compares and sums in float64 (on MLX's CPU stream).
+    let mut g = trees(r, 3, &[]);
+    g.g.inputs[0].dtype = Some(DataType::Double);
+    let p = plan_of(&g.build());
+    assert!(p.slots.iter().any(|s| s.dtype == DataType::Double));
+    declined(
+        &trees(r, 3, &[("base_values", floats(&[1.0, 2.0]))]),
+        0,
+        "2 base_values",
+    );
+    let mut g = trees(r, 3, &[]);
+    g.g.inputs[0].dtype = Some(I64);
+    declined(&g, 0, "int64");
+    let c = "TreeEnsembleClassifier";
+    declined(
+        &trees(
+            c,
+            3,
+            &[
+                ("classlabels_int64s", ints(&[])),
+                ("classlabels_strings", strings(&["a", "b"])),
+            ],
+        ),
+        0,
+        "strings",
+    );
+    declined(
+        &trees(c, 3, &[("base_values", floats(&[0.1, 0.2]))]),
+        0,
+        "two base_values",
+    );
+}
+
+#[test]
+fn tree_ensemble_v5_member_sets() {
+    let t = |dt: DataType, v: Vec<u8>, n: i64| {
+        Attribute::Tensor(TensorData::new(dt, vec![n], v).unwrap())
+    };
+    let f32s = |v: &[f32]| {
+        t(
+            F,
+            v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            v.len() as i64,
+        )
+    };
+    let g = |members: &[f32]| {
+        let mut mv = members.to_vec();
+        mv.push(f32::NAN);
+        one(
+            "TreeEnsemble",
+            5,
+            F,
+            &[-1, 2],
+            F,
+            &[
+                ("n_targets", int(1)),
+                ("tree_roots", ints(&[0])),
+                ("nodes_featureids", ints(&[1])),
+                ("nodes_splits", f32s(&[0.0])),
+                ("nodes_modes", t(DataType::Uint8, vec![6], 1)),
+                ("nodes_truenodeids", ints(&[0])),
+                ("nodes_trueleafs", ints(&[1])),
+                ("nodes_falsenodeids", ints(&[1])),
+                ("nodes_falseleafs", ints(&[1])),
+                ("membership_values", f32s(&mv)),
+                ("leaf_targetids", ints(&[0, 0])),
+                ("leaf_weights", f32s(&[1.0, -1.0])),
+            ],
+        )
+    };
+    // {1, 2, 5}: a chain of three BRANCH_EQ nodes, three loop levels.
+    let p = plan_of(&g(&[1.0, 2.0, 5.0]).build());
+    assert_eq!(
+        count(&p, |s| matches!(
+            s,
+            Step::Binary {
+                op: plan::BinaryOp::Equal,
+                ..
+            }
+        )),
+        3
+    );
+    declined(&g(&[1.0, 40.0]), 0, "BRANCH_MEMBER set");
+    let big: Vec<f32> = (0..31).map(|v| v as f32 / 2.0).collect();
+    declined(&g(&big), 0, "31 values");
+}
+
+#[test]
+fn svm_classifier() {
+    // Three classes with 1, 2, 1 support vectors of 2 features.
+    let svc = |extra: &[(&str, Attribute)]| {
+        let mut attrs: Vec<(&str, Attribute)> = vec![
+            ("kernel_type", string("RBF")),
+            ("kernel_params", floats(&[0.3, 0.0, 2.0])),
+            ("vectors_per_class", ints(&[1, 2, 1])),
+            ("support_vectors", floats(&[0.5; 8])),
+            ("coefficients", floats(&[1.0; 8])),
+            ("rho", floats(&[0.1, 0.2, 0.3])),
+            ("classlabels_ints", ints(&[7, 8, 9])),
+        ];
+        for (k, v) in extra {
+            attrs.retain(|(n, _)| n != k);
+            attrs.push((k, v.clone()));
+        }
+        let mut g = one("SVMClassifier", 1, F, &[-1, 2], F, &attrs);
+        g.g.nodes[0].outputs = vec!["label".into(), "y".into()];
+        g.output_any("label", I64);
+        g
+    };
+    let p = plan_of(&svc(&[]).build());
+    // Kernels, pair scores, and the two vote products.
+    assert_eq!(count(&p, |s| matches!(s, Step::MatMul { .. })), 3);
+    claim(&svc(&[("post_transform", string("SOFTMAX"))]), 0).unwrap();
+    // The linear form: 3 x 2 coefficients.
+    let linear = svc(&[
+        ("vectors_per_class", ints(&[])),
+        ("support_vectors", floats(&[])),
+        ("coefficients", floats(&[1.0; 6])),
+    ]);
+    claim(&linear, 0).unwrap();
+    declined(&svc(&[("post_transform", string("PROBIT"))]), 0, "PROBIT");
+    declined(
+        &svc(&[("prob_a", floats(&[0.1; 3])), ("prob_b", floats(&[0.1; 3]))]),
+        0,
+        "prob_a",
+    );
+    declined(
+        &svc(&[("vectors_per_class", ints(&[1, 3]))]),
+        0,
+        "2 vectors_per_class",
+    );
+    declined(
+        &svc(&[("support_vectors", floats(&[0.5; 12]))]),
+        0,
+        "2 features, the model 3",
+    );
+    declined(&svc(&[("rho", floats(&[0.1]))]), 0, "1 rho");
+    declined(
+        &svc(&[
+            ("classlabels_ints", ints(&[])),
+            ("classlabels_strings", strings(&["a", "b", "c"])),
+        ]),
+        0,
+        "strings",
+    );
+    declined(
+        &svc(&[("kernel_params", floats(&[]))]),
+        0,
+        "0 kernel_params",
+    );
+}

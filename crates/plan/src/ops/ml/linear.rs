@@ -24,7 +24,7 @@ pub fn register(r: &mut Registry) {
 
 /// ORT's post transforms of scores.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Post {
+pub(super) enum Post {
     None,
     Logistic,
     Softmax,
@@ -32,7 +32,8 @@ enum Post {
     Probit,
 }
 
-fn post_transform(node: &Node) -> Result<Post, String> {
+/// The `post_transform` attribute (default NONE).
+pub(super) fn post_transform(node: &Node) -> Result<Post, String> {
     Ok(
         match attr_str(node, "post_transform")?
             .as_deref()
@@ -124,7 +125,7 @@ fn scores(ctx: &mut LowerCtx, node: &Node, a: &Linear, rows: usize) -> Result<Sl
 }
 
 /// Applies `post` to float32 scores `[N, t]` row by row, as ORT's scalar loops do.
-fn apply_post(
+pub(super) fn apply_post(
     ctx: &mut LowerCtx,
     node: &Node,
     s: Slot,

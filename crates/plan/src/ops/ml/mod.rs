@@ -1,6 +1,7 @@
 //! The `ai.onnx.ml` domain (classical machine learning): preprocessing ops (Scaler,
 //! Normalizer, Binarizer, Imputer, ArrayFeatureExtractor, FeatureVectorizer, OneHotEncoder,
-//! LabelEncoder), linear models (LinearRegressor, LinearClassifier) and SVMRegressor.
+//! LabelEncoder), linear models (LinearRegressor, LinearClassifier), SVMRegressor and the tree
+//! ensembles (TreeEnsembleRegressor, TreeEnsembleClassifier, TreeEnsemble).
 //!
 //! Each lowering follows ONNX Runtime's CPU kernel (which defines the numbers users compare
 //! against): its accepted element types, its shape rules (most kernels read the input as
@@ -18,6 +19,7 @@ use crate::step::{ReduceAxes, ReduceOp};
 pub mod linear;
 pub mod preprocess;
 pub mod svm;
+pub mod tree;
 
 /// The `ai.onnx.ml` domain.
 pub(crate) const ML: &str = "ai.onnx.ml";
@@ -30,6 +32,7 @@ pub fn register(r: &mut Registry) {
     preprocess::register(r);
     linear::register(r);
     svm::register(r);
+    tree::register(r);
 }
 
 /// The declared dims of input `i`.
