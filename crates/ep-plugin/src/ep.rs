@@ -3,14 +3,16 @@
 use std::collections::HashMap;
 use std::ffi::{CStr, c_char, c_int};
 use std::ptr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
 
 use onnx_ir::{Graph, ValueInfo};
 use ort_sys::{OrtGraph, OrtLogger, OrtLoggingLevel, OrtNode, OrtRunOptions, OrtStatusPtr};
 
 use crate::abi::{
-    ORT_ABI_VERSION, ORT_EP_VERSION, OrtEp, OrtEpGraphSupportInfo, OrtNodeComputeInfo,
-    OrtNodeFusionOptions, StatusPtr,
+    ORT_ABI_VERSION, OrtEp, OrtEpGraphSupportInfo, OrtEpProfilerImpl, OrtNodeComputeInfo,
+    OrtNodeFusionOptions, PROFILING_CATEGORY_SESSION, StatusPtr, ep_version_for_host,
 };
 use crate::api::Api;
 use crate::compute::ComputeInfo;
@@ -18,6 +20,7 @@ use crate::error::{EpError, guard, guard_value};
 use crate::graph_reader::{Scope, read_graph, value_name};
 use crate::logging;
 use crate::options::EpOptions;
+use crate::profiler::{EpEvent, ProfileHub};
 use crate::summary::{NotClaimed, SessionSummary, is_own_fused_node};
 
 const NAME: &CStr = c"MLXExecutionProvider";
@@ -41,6 +44,8 @@ pub struct Ep {
     summary: SessionSummary,
     /// Whether the placement summary was reported (at the session's first run).
     summary_reported: AtomicBool,
+    /// The profilers ORT asked for (`CreateProfiler`, ORT >= 1.25) that record now.
+    profiles: Arc<ProfileHub>,
 }
 
 impl Ep {
@@ -48,7 +53,7 @@ impl Ep {
     pub fn new(api: Api, options: EpOptions, logger: *const OrtLogger) -> Box<Self> {
         Box::new(Ep {
             base: OrtEp {
-                ort_version_supported: ORT_EP_VERSION,
+                ort_version_supported: ep_version_for_host(api.host_minor),
                 GetName: get_name,
                 GetCapability: get_capability,
                 Compile: compile,
@@ -63,6 +68,8 @@ impl Ep {
                 GetCompiledModelCompatibilityInfo: None,
                 GetKernelRegistry: None,
                 IsConcurrentRunSupported: Some(is_concurrent_run_supported),
+                Sync: None,
+                CreateProfiler: Some(create_profiler),
             },
             api,
             options,
@@ -71,6 +78,7 @@ impl Ep {
             logger,
             summary: SessionSummary::default(),
             summary_reported: AtomicBool::new(false),
+            profiles: Arc::new(ProfileHub::default()),
         })
     }
 
@@ -619,6 +627,7 @@ fn compile_one(
         .map_err(|e| e.context(&fused_name))?;
     read.graph.name = fused_name.clone();
 
+    let lowering_start = Instant::now();
     let plan = plan::build_plan(&read.graph, &ep.registry)
         .map_err(|e| EpError::new(format!("{fused_name}: building the plan failed: {e}")))?;
     let input_map = plan
@@ -638,6 +647,7 @@ fn compile_one(
         .collect::<Result<Vec<usize>, _>>()?;
     let input_names: Vec<String> = plan.inputs.iter().map(|pi| pi.name.clone()).collect();
     let output_dtypes = read.graph.outputs.iter().map(|v| v.dtype).collect();
+    let lowered = lowering_start.elapsed();
     let exe = runtime::Executable::new(
         plan,
         &runtime::RuntimeOptions {
@@ -662,6 +672,31 @@ fn compile_one(
         span.arg("device", format!("{:?}", ep.options.device));
         span.arg("compile_class", format!("{:?}", exe.plan().compile_class()));
     }
+    let prepared = lowering_start.elapsed().saturating_sub(lowered);
+    let op_types = op_type_summary(read.graph.nodes.iter().map(|n| n.op_type.as_str()));
+    let device = device_name(exe.device());
+    if ep.profiles.enabled() {
+        let p = exe.plan();
+        ep.profiles.record(EpEvent {
+            category: PROFILING_CATEGORY_SESSION,
+            name: format!("{fused_name}_mlx_lowering"),
+            start: lowering_start,
+            duration: lowered + prepared,
+            args: vec![
+                ("ep", crate::options::EP_NAME.to_string()),
+                ("fused_node", fused_name.clone()),
+                ("source", "lowered".into()),
+                ("nodes", read.graph.nodes.len().to_string()),
+                ("op_types", op_types.clone()),
+                ("steps", p.steps.len().to_string()),
+                ("constants", p.constants.len().to_string()),
+                ("compile_class", format!("{:?}", p.compile_class())),
+                ("device", device.to_string()),
+                ("lowering_us", lowered.as_micros().to_string()),
+                ("prepare_us", prepared.as_micros().to_string()),
+            ],
+        });
+    }
     log::info!(
         "Compile '{fused_name}': {} node(s), {} input(s), {} constant(s), {} output(s), device {:?}",
         read.graph.nodes.len(),
@@ -677,7 +712,46 @@ fn compile_one(
         input_map,
         input_names,
         output_dtypes,
+        crate::compute::RunLabels {
+            nodes: read.graph.nodes.len(),
+            op_types,
+            device,
+            profiles: Arc::clone(&ep.profiles),
+        },
     ))
+}
+
+/// The distinct op types of a group, in first-seen order, comma-separated.
+fn op_type_summary<'a>(ops: impl Iterator<Item = &'a str>) -> String {
+    let mut seen: Vec<&str> = Vec::new();
+    for op in ops {
+        if !seen.contains(&op) {
+            seen.push(op);
+        }
+    }
+    seen.join(",")
+}
+
+/// `cpu` or `gpu`.
+fn device_name(device: runtime::DeviceKind) -> &'static str {
+    match device {
+        runtime::DeviceKind::Gpu => "gpu",
+        runtime::DeviceKind::Cpu => "cpu",
+    }
+}
+
+/// `OrtEp::CreateProfiler` (ORT >= 1.25): a profiler that puts this session's EP events into
+/// ORT's profile.
+unsafe extern "system" fn create_profiler(
+    this: *mut OrtEp,
+    profiler: *mut *mut OrtEpProfilerImpl,
+) -> StatusPtr {
+    guard("CreateProfiler", || {
+        // SAFETY: `this` is our EP.
+        let ep = unsafe { Ep::from_ptr(this) };
+        // SAFETY: ORT's out-pointer.
+        unsafe { crate::profiler::create_profiler(&ep.api, &ep.profiles, profiler) }
+    })
 }
 
 unsafe extern "system" fn compile(

@@ -18,7 +18,9 @@
 //!
 //! Version negotiation: the library asks the host for `OrtApi` version 23 and declares 23 in
 //! every struct it hands over, whatever newer version the host is (ORT reads only the members
-//! that existed at the declared version). Hosts older than 1.23 get a clear error.
+//! that existed at the declared version), except `OrtEp`, which declares the host's version up
+//! to 1.25 (`abi::ep_version_for_host`) for `IsConcurrentRunSupported` and `CreateProfiler`
+//! (the EP's events in ORT's profile, see `profiler`). Hosts older than 1.23 get a clear error.
 //!
 //! Environment switches: [`env_vars::ENV_VARS`] lists every one (the EP's, the build's and the
 //! tools'), and `docs/usage.md` shows that list; among them `ORTMLX_LOG=error|warn|info|debug|trace`
@@ -46,6 +48,7 @@ mod logging;
 #[cfg(test)]
 mod mock_ort;
 pub mod options;
+mod profiler;
 mod summary;
 pub mod trace;
 
