@@ -37,6 +37,7 @@
 pub mod abi;
 pub mod api;
 mod compute;
+pub mod context;
 /// Every environment variable of the project, with who reads it and what it does: the one
 /// list `cargo xtask docs` turns into the table of `docs/usage.md`.
 pub mod env_vars;
@@ -112,6 +113,19 @@ pub unsafe extern "C" fn CreateEpFactories(
         })
     }))
     .unwrap_or(std::ptr::null_mut())
+}
+
+/// Plans this library lowered from ONNX nodes so far in the process (`plan::build_plan`);
+/// stays unchanged while sessions load EPContext models. For tests and tools (`ctypes`).
+#[unsafe(no_mangle)]
+pub extern "C" fn OrtMlxEp_LoweringCount() -> u64 {
+    context::counters::lowerings()
+}
+
+/// Plans this library loaded from EPContext caches so far in the process.
+#[unsafe(no_mangle)]
+pub extern "C" fn OrtMlxEp_ContextLoadCount() -> u64 {
+    context::counters::context_loads()
 }
 
 /// Releases a factory made by [`CreateEpFactories`].
