@@ -276,3 +276,50 @@ def test_the_compatibility_string_is_judged_by_the_ep(tmp_path, mlx_ep):
     other = info.replace(";mlx=", ";mlx=0.0.1-old;was=")
     verdict = C.get_model_compatibility_for_ep_devices(devices, other)
     assert verdict == C.OrtCompiledModelCompatibility.EP_UNSUPPORTED, verdict
+
+
+# ---------------------------------------------------------------------------
+# larger models: every plan survives the round trip (host programs, KV caches, quantized
+# matmuls, convolutions)
+
+
+def _larger_models():
+    from llm import TINY
+    from models import cnn_input, encoder_inputs, minilm_encoder, resnet_cnn
+
+    return {
+        "minilm-dynamic": (minilm_encoder(layers=2, seq=32, batch=2, dynamic=True), [encoder_inputs(batch=2, seq=s) for s in (32, 17)], None),
+        "resnet": (resnet_cnn(), [{"input": cnn_input()}], None),
+        "llama-tiny": (None, None, TINY),
+        "llama-tiny-int4": (None, None, TINY.quantized(4)),
+    }
+
+
+@pytest.mark.parametrize("name", ["minilm-dynamic", "resnet", "llama-tiny", "llama-tiny-int4"])
+def test_larger_models_round_trip(tmp_path, mlx_ep, name):
+    from llm import build_llama, generate, prompt_ids
+
+    model, feed_list, cfg = _larger_models()[name]
+    if cfg is not None:
+        model = build_llama(cfg)
+    source = tmp_path / "model.onnx"
+    onnx.save(model, source)
+    compiled = tmp_path / "model_ctx.onnx"
+    original = session(source, {"ep.context_enable": "1", "ep.context_file_path": str(compiled)}, record=False)
+    assert compiled.exists()
+    contexts = len(context_nodes(onnx.load(str(compiled), load_external_data=False)))
+    assert contexts >= 1
+    lowered, loaded = counters()
+    reloaded = session(compiled)
+    assert counters() == (lowered, loaded + contexts), "loading the compiled model lowered a plan"
+    if cfg is not None:
+        prompt = prompt_ids(cfg, 7)
+        a, b = generate(original, cfg, prompt, 4), generate(reloaded, cfg, prompt, 4)
+        assert a.tokens == b.tokens
+        for x, y in zip(a.logits, b.logits):
+            np.testing.assert_array_equal(x, y)
+    else:
+        for feeds_ in feed_list:
+            for x, y in zip(original.run(None, feeds_), reloaded.run(None, feeds_)):
+                np.testing.assert_array_equal(x, y)
+    assert_all_on_mlx(reloaded)
