@@ -64,6 +64,7 @@ def models() -> dict:
         "minilm-6": lambda: (m.minilm_encoder(layers=6, seq=128, batch=1), m.encoder_inputs(batch=1, seq=128)),
         "resnet": lambda: (m.resnet_cnn(), {"input": m.cnn_input()}),
         "llama-tiny": lambda: llama(TINY),
+        "llama-tiny-int4": lambda: llama(TINY.quantized(4)),
         "llama-larger": lambda: llama(LARGER),
     }
 
@@ -97,7 +98,14 @@ def main(argv=None) -> int:
             np.savez(feeds_path, **feeds)
             compiled = os.path.join(tmp, f"{name}_ctx.onnx")
             child(library, source, feeds_path, compiled)
-            row = {"model": name, "nodes": len(model.graph.node)}
+            compiled_model = onnx.load(compiled, load_external_data=False)
+            row = {
+                "model": name,
+                "nodes": len(model.graph.node),
+                "source_bytes": os.path.getsize(source),
+                "epcontext_bytes": os.path.getsize(compiled),
+                "cache_bytes": sum(len(a.s) for n in compiled_model.graph.node for a in n.attribute if a.name == "ep_cache_context"),
+            }
             for variant, path in (("source", source), ("epcontext", compiled)):
                 runs = [child(library, path, feeds_path) for _ in range(args.repeats)]
                 total = [r["create_s"] + r["first_run_s"] for r in runs]
@@ -118,7 +126,8 @@ def main(argv=None) -> int:
                 f"{name:14} {row['nodes']:5} nodes  source {s['to_first_output_ms_median']:8.1f} ms "
                 f"(create {s['create_ms_median']:.1f}, {s['lowerings']} lowering(s))  "
                 f"epcontext {c['to_first_output_ms_median']:8.1f} ms (create {c['create_ms_median']:.1f}, "
-                f"{c['lowerings']} lowering(s), {c['context_loads']} load(s))  x{row['speedup']:.2f}",
+                f"{c['lowerings']} lowering(s), {c['context_loads']} load(s))  x{row['speedup']:.2f}  "
+                f"files {row['source_bytes'] / 1e6:.2f} -> {row['epcontext_bytes'] / 1e6:.2f} MB (cache {row['cache_bytes'] / 1e6:.2f} MB)",
                 flush=True,
             )
     if args.json:

@@ -710,6 +710,17 @@ fn compile_one(
     let input_names: Vec<String> = plan.inputs.iter().map(|pi| pi.name.clone()).collect();
     let output_dtypes = read.graph.outputs.iter().map(|v| v.dtype).collect();
     let lowered = lowering_start.elapsed();
+    // The cache holds the plan as lowered, before the runtime's own rewrites (dequantized
+    // weights, layouts), which it makes again when it loads the plan.
+    let cached = match (ep.options.ep_context, &source) {
+        (true, Some(source)) => Some((
+            context::encode(&plan, source).map_err(|e| e.context(&fused_name))?,
+            context::weight_names(&plan),
+            plan.nodes.len(),
+            plan.steps.len(),
+        )),
+        _ => None,
+    };
     let exe = runtime::Executable::new(
         plan,
         &runtime::RuntimeOptions {
@@ -775,16 +786,14 @@ fn compile_one(
     if let Some(span) = span.as_mut() {
         span.arg("source", if from_context { "epcontext" } else { "lowered" });
     }
-    let context_node = match (ep.options.ep_context, source) {
-        (true, Some(source)) => {
-            let p = exe.plan();
-            let blob = context::encode(p, &source).map_err(|e| e.context(&fused_name))?;
+    let context_node = match (cached, source) {
+        (Some((blob, weights, lowered_nodes, lowered_steps)), Some(source)) => {
             let mut inputs: Vec<String> = fused_inputs
                 .iter()
                 .filter(|n| !n.is_empty() && !read.graph.initializers.contains_key(*n))
                 .cloned()
                 .collect();
-            for w in context::weight_names(p) {
+            for w in weights {
                 if !inputs.contains(&w) {
                     inputs.push(w);
                 }
@@ -798,9 +807,7 @@ fn compile_one(
                 inputs,
                 outputs: fused_outputs.clone(),
                 notes: format!(
-                    "{} ONNX node(s) ({op_types}) lowered to {} MLX step(s); source {source}",
-                    p.nodes.len(),
-                    p.steps.len()
+                    "{lowered_nodes} ONNX node(s) ({op_types}) lowered to {lowered_steps} MLX step(s); source {source}"
                 ),
                 blob,
             })
