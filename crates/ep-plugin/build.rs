@@ -2,7 +2,7 @@
 //! library's own folder first (for a bundle that ships libmlxc/libmlx next to it), then the
 //! folders `mlx-sys` provisioned them in (`DEP_MLXC_LIB_DIR`, `DEP_MLXC_MLX_LIB_DIR`).
 //!
-//! Also fingerprints the source of the serialized plan's types (`ORTMLX_PLAN_FINGERPRINT`):
+//! Also fingerprints the source of the serialized plan's types (`PLAN_TYPES_FINGERPRINT`):
 //! an EPContext cache written by a build with other plan types is refused, not misread.
 
 use std::path::{Path, PathBuf};
@@ -56,7 +56,7 @@ fn main() {
         manifest.join("../plan/src/step").display()
     );
     println!(
-        "cargo:rustc-env=ORTMLX_PLAN_FINGERPRINT={:016x}",
+        "cargo:rustc-env=PLAN_TYPES_FINGERPRINT={:016x}",
         fingerprint(&files)
     );
     println!("cargo:rerun-if-env-changed=DEP_MLXC_LIB_DIR");

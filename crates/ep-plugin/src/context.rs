@@ -44,7 +44,7 @@ const MAGIC: &str = "ORTMLX-EPCONTEXT 1";
 pub const EP_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// Fingerprint of the source of the serialized plan types (from `build.rs`).
-pub const PLAN_FINGERPRINT: &str = env!("ORTMLX_PLAN_FINGERPRINT");
+pub const PLAN_FINGERPRINT: &str = env!("PLAN_TYPES_FINGERPRINT");
 
 /// The linked MLX's version.
 pub fn mlx_version() -> String {
