@@ -175,6 +175,24 @@ def test_session_option_compiles_and_reloads(tmp_path, mlx_ep):
     np.testing.assert_allclose(outputs[0], cpu[0], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.skipif(ORT_VERSION < (1, 25, 0), reason="ORT < 1.25 has no OrtEp::CreateProfiler")
+def test_the_profile_shows_a_context_load_instead_of_a_lowering(tmp_path, mlx_ep):
+    import json
+
+    _, compiled, _ = compile_with_session_options(tmp_path, mlp())
+    options = ort.SessionOptions()
+    options.enable_profiling = True
+    options.profile_file_prefix = os.path.join(_profile_dir, "ctx-load")
+    options.add_provider_for_devices(mlx_ep_devices(), {})
+    s = ort.InferenceSession(str(compiled), sess_options=options)
+    s.run(None, feeds())
+    with open(s.end_profiling()) as f:
+        names = [e["name"] for e in json.load(f)]
+    assert [n for n in names if n.endswith("_mlx_context_load")], names
+    assert not [n for n in names if n.endswith("_mlx_lowering")], names
+    assert [n for n in names if n.endswith("_mlx_run")], names
+
+
 def test_weights_go_to_the_external_data_file(tmp_path, mlx_ep):
     _, compiled, outputs = compile_with_session_options(
         tmp_path, mlp(), {"ep.context_model_external_initializers_file_name": "weights.bin"}

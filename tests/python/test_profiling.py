@@ -148,3 +148,15 @@ def test_without_the_hook_the_profile_has_only_orts_events(mlx_ep):
     assert not [e for e in events if "_mlx_" in e.get("name", "")], events
     kernels = [e for e in events if e.get("cat") == "Node" and e.get("args", {}).get("provider") == MLX_EP]
     assert kernels, "the fused node's kernel event is missing"
+
+
+def test_the_eps_own_trace_has_the_same_labels_on_every_ort(tmp_path):
+    """ORTMLX_TRACE works whether or not ORT asks for a profiler: each compute span carries
+    the run's path and compiled-cache outcome (compile on: the first run of a shape misses)."""
+    from test_diagnostics import run_child
+
+    path = tmp_path / "trace.json"
+    run_child(tmp_path, {"ORTMLX_TRACE": str(path)}, runs=2, ep_options={"compile": "on"})
+    with open(path) as f:
+        spans = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "compute"]
+    assert [(e["args"]["path"], e["args"]["cache"]) for e in spans] == [("general", "miss"), ("general", "hit")], spans
