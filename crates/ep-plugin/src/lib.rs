@@ -27,6 +27,9 @@
 //! (stderr logging), `ORTMLX_LOG_CLAIMS=1` (each node's claim or decline with its reason),
 //! `ORTMLX_TRACE=<path>` (a Chrome-trace JSON of capability, compile and compute; see [`trace`]).
 //!
+//! Compiled models: with `ep.context_enable=1` each fused group becomes an `EPContext` node
+//! carrying its lowered plan, which a later session loads without lowering (see [`context`]).
+//!
 //! When fewer than all of a session's nodes run on MLX, the EP logs one warning through the
 //! session's ORT logger at its first run: `MLXExecutionProvider: N of M nodes on MLX; top
 //! reasons: ...`.
