@@ -13,8 +13,9 @@ pub fn run(args: &[String]) -> Result<()> {
         Some("gemm") => gemm(),
         Some("llm") => crate::bench_llm::run(&args[1..]),
         Some("overhead") => overhead(&args[1..]),
-        Some(other) => bail!("unknown benchmark `{other}`; known: gemm, llm, overhead"),
-        None => bail!("usage: cargo xtask bench <gemm|llm|overhead>"),
+        Some("startup") => startup(&args[1..]),
+        Some(other) => bail!("unknown benchmark `{other}`; known: gemm, llm, overhead, startup"),
+        None => bail!("usage: cargo xtask bench <gemm|llm|overhead|startup>"),
     }
 }
 
@@ -65,6 +66,32 @@ fn overhead(args: &[String]) -> Result<()> {
             .args(["--json"])
             .arg(&out)
             .args(["--device", device, "--budget-ms", budget])
+            .current_dir(&root)
+            .env(crate::test::EP_LIBRARY_VAR, &lib)
+            .env("PYTHONDONTWRITEBYTECODE", "1"),
+    )
+}
+
+/// Time from session creation to first output with the source model and with its EPContext
+/// model (`tests/python/startup.py`), fresh processes per measurement, on the newest ORT;
+/// checks that loading the EPContext model lowers nothing. Extra arguments go to the script:
+/// `--repeats N`, `--only minilm-6,resnet,llama-tiny,llama-larger`.
+fn startup(args: &[String]) -> Result<()> {
+    let venvs = setup::run(Scope::Only(LATEST_ORT))?;
+    let venv = &venvs[0];
+    let lib = crate::build::run()?;
+    let out = target_dir().join("bench").join("startup.json");
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    banner("bench startup: session creation to first output, source model vs its EPContext model");
+    let root = crate::util::workspace_root();
+    run_cmd(
+        Command::new(venv.python())
+            .arg(root.join("tests").join("python").join("startup.py"))
+            .arg("--json")
+            .arg(&out)
+            .args(args)
             .current_dir(&root)
             .env(crate::test::EP_LIBRARY_VAR, &lib)
             .env("PYTHONDONTWRITEBYTECODE", "1"),

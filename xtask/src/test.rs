@@ -203,8 +203,14 @@ pub fn run(options: Options) -> Result<()> {
 }
 
 /// The files of `tests/python` the opset-forward stage runs (the rest of the suite needs the
-/// pinned onnx 1.21.0 and its backend test data).
-const FORWARD_TESTS: [&str; 2] = ["test_opset_forward.py", "test_placement_summary.py"];
+/// pinned onnx 1.21.0 and its backend test data); the profiler and EPContext suites run there
+/// too, on the newest ONNX Runtime's plugin hooks.
+const FORWARD_TESTS: [&str; 4] = [
+    "test_opset_forward.py",
+    "test_placement_summary.py",
+    "test_profiling.py",
+    "test_epcontext.py",
+];
 
 /// The opset-forward environment's stages: the schema table matches its onnx, and the
 /// [`FORWARD_TESTS`] pass on its ONNX Runtime with models of its onnx's default opset.

@@ -2,10 +2,13 @@
 //!
 //! `ort-sys` declares these types opaque, so they are defined here, member for member in the
 //! order of ORT 1.23's header (each member's `\since` comment there says 1.22 or 1.23), except
-//! `OrtEp`, which has 1.24's two more members and declares 1.24 ([`ORT_EP_VERSION`]). ORT reads
-//! only the members that existed at the version an implementation declares in
-//! `ort_version_supported`, so each struct must end exactly where that version's does: declaring
-//! a higher version than the shape makes ORT read past the end (measured: segfault on 1.31).
+//! `OrtEp`, which has the members up to 1.25 (`IsConcurrentRunSupported` of 1.24, `Sync` and
+//! `CreateProfiler` of 1.25, as ORT 1.27.1's header orders them) and declares the host's
+//! version up to 1.25 ([`ep_version_for_host`]), and the profiler struct of 1.25
+//! ([`OrtEpProfilerImpl`]). ORT reads only the members that existed at the version an
+//! implementation declares in `ort_version_supported`, so each struct must end exactly where
+//! that version's does: declaring a higher version than the shape makes ORT read past the end
+//! (measured: segfault on 1.31).
 //!
 //! Function pointers that ORT treats as optional (it checks them for null before calling) are
 //! `Option`s; the rest are plain function pointers so they can't be left null by mistake.
@@ -47,6 +50,10 @@ macro_rules! opaque {
 }
 
 opaque! {
+    /// Opaque (1.25): a profiling event, made by `OrtEpApi::CreateProfilingEvent`.
+    OrtProfilingEvent;
+    /// Opaque (1.25): where `OrtEpProfilerImpl::EndProfiling` adds the EP's events.
+    OrtProfilingEventsContainer;
     /// Opaque: the set of nodes an EP claims in `GetCapability`.
     OrtEpGraphSupportInfo;
     /// Opaque: wraps `onnxruntime::OrtDevice`.
@@ -114,6 +121,87 @@ pub struct OrtSyncStreamImpl {
     pub Flush: unsafe extern "system" fn(this_ptr: *mut OrtSyncStreamImpl) -> StatusPtr,
     /// Called at the end of a session run.
     pub OnSessionRunEnd: unsafe extern "system" fn(this_ptr: *mut OrtSyncStreamImpl) -> StatusPtr,
+}
+
+/// `OrtProfilingEventCategory` (an `int`-sized C enum, since 1.25): 0 session, 1 node, 2
+/// kernel, 3 API.
+pub type OrtProfilingEventCategory = c_int;
+
+/// `OrtProfilingEventCategory_SESSION`.
+pub const PROFILING_CATEGORY_SESSION: OrtProfilingEventCategory = 0;
+/// `OrtProfilingEventCategory_KERNEL`.
+pub const PROFILING_CATEGORY_KERNEL: OrtProfilingEventCategory = 2;
+
+/// `OrtEpProfilerImpl` (since 1.25): an EP's part in ORT's profiler, made by
+/// `OrtEp::CreateProfiler`. ORT calls `StartProfiling` once, `StartEvent`/`StopEvent` around
+/// its own events (on the thread that runs them), `EndProfiling` to collect the EP's events,
+/// then `Release`.
+#[repr(C)]
+pub struct OrtEpProfilerImpl {
+    /// ORT API version the implementation was built for.
+    pub ort_version_supported: u32,
+    /// Releases the instance.
+    pub Release: unsafe extern "system" fn(this_ptr: *mut OrtEpProfilerImpl),
+    /// Profiling starts; the offset is ORT's clock since its own profiling start.
+    pub StartProfiling: unsafe extern "system" fn(
+        this_ptr: *mut OrtEpProfilerImpl,
+        ep_profiling_start_offset_ns: i64,
+    ) -> StatusPtr,
+    /// An ORT event starts on the calling thread; optional.
+    pub StartEvent: Option<
+        unsafe extern "system" fn(
+            this_ptr: *mut OrtEpProfilerImpl,
+            ort_event_correlation_id: u64,
+        ) -> StatusPtr,
+    >,
+    /// The ORT event ends; optional.
+    pub StopEvent: Option<
+        unsafe extern "system" fn(
+            this_ptr: *mut OrtEpProfilerImpl,
+            ort_event_correlation_id: u64,
+            ort_event: *const OrtProfilingEvent,
+        ) -> StatusPtr,
+    >,
+    /// Profiling ends: the EP adds its events since `StartProfiling` to the container.
+    pub EndProfiling: unsafe extern "system" fn(
+        this_ptr: *mut OrtEpProfilerImpl,
+        events_container: *mut OrtProfilingEventsContainer,
+    ) -> StatusPtr,
+}
+
+/// `OrtEpApi::CreateProfilingEvent` (1.25).
+pub type CreateProfilingEventFn = unsafe extern "system" fn(
+    category: OrtProfilingEventCategory,
+    process_id: i32,
+    thread_id: i32,
+    event_name: *const c_char,
+    timestamp_us: i64,
+    duration_us: i64,
+    arg_keys: *const *const c_char,
+    arg_values: *const *const c_char,
+    num_args: usize,
+    out: *mut *mut OrtProfilingEvent,
+) -> StatusPtr;
+
+/// `OrtEpApi::ReleaseProfilingEvent` (1.25).
+pub type ReleaseProfilingEventFn = unsafe extern "system" fn(event: *mut OrtProfilingEvent);
+
+/// `OrtEpApi::ProfilingEventsContainer_AddEvents` (1.25).
+pub type ProfilingEventsContainerAddEventsFn = unsafe extern "system" fn(
+    events_container: *mut OrtProfilingEventsContainer,
+    events: *const *const OrtProfilingEvent,
+    num_events: usize,
+) -> StatusPtr;
+
+/// Member indices in the host's `OrtEpApi` of the 1.25 profiling functions (ORT 1.27.1's
+/// header: 16 members of 1.22/1.23, 34 of 1.24, then 1.25's op-schema functions before these).
+pub mod ep_api_index {
+    /// `CreateProfilingEvent`.
+    pub const CREATE_PROFILING_EVENT: usize = 65;
+    /// `ReleaseProfilingEvent`.
+    pub const RELEASE_PROFILING_EVENT: usize = 66;
+    /// `ProfilingEventsContainer_AddEvents`.
+    pub const PROFILING_EVENTS_CONTAINER_ADD_EVENTS: usize = 72;
 }
 
 /// `OrtNodeFusionOptions` (since 1.23), passed to `EpGraphSupportInfo_AddNodesToFuse`.
@@ -217,7 +305,7 @@ pub struct OrtEpApi {
     ) -> u64,
 }
 
-/// `OrtEp` as of 1.23: one execution-provider instance (one per session).
+/// `OrtEp` as of 1.25: one execution-provider instance (one per session).
 #[repr(C)]
 pub struct OrtEp {
     /// ORT API version the implementation was built for (1.22).
@@ -317,11 +405,34 @@ pub struct OrtEp {
     pub IsConcurrentRunSupported: Option<
         unsafe extern "system" fn(this_ptr: *mut OrtEp, is_supported: *mut bool) -> StatusPtr,
     >,
+    /// Blocks until the device finished what was asked of it; optional (1.25).
+    pub Sync: Option<unsafe extern "system" fn(this_ptr: *mut OrtEp) -> StatusPtr>,
+    /// A new profiler for ORT's profiling; optional, null means none (1.25).
+    pub CreateProfiler: Option<
+        unsafe extern "system" fn(
+            this_ptr: *mut OrtEp,
+            profiler: *mut *mut OrtEpProfilerImpl,
+        ) -> StatusPtr,
+    >,
 }
 
-/// The version `OrtEp` declares: its shape is 1.24's (1.23's plus `GetKernelRegistry` and
-/// `IsConcurrentRunSupported`); ORT 1.23 reads only the members it knows.
-pub const ORT_EP_VERSION: u32 = 24;
+/// The newest version whose `OrtEp` shape this crate implements (1.25: 1.24's members plus
+/// `Sync` and `CreateProfiler`).
+pub const ORT_EP_VERSION: u32 = 25;
+
+/// The version `OrtEp` declares to a host of minor version `host_minor`: the host's own
+/// version, but never above the implemented shape ([`ORT_EP_VERSION`]) nor below 1.24, which
+/// ORT 1.23 accepts (measured; it reads only its own members). A host reads only the members
+/// of the declared version, so a 1.24 host never looks for `CreateProfiler`.
+pub const fn ep_version_for_host(host_minor: u32) -> u32 {
+    if host_minor < 24 {
+        24
+    } else if host_minor > ORT_EP_VERSION {
+        ORT_EP_VERSION
+    } else {
+        host_minor
+    }
+}
 
 /// `OrtEpFactory` as of 1.23: creates EPs for the devices it supports.
 #[repr(C)]
@@ -437,7 +548,26 @@ mod tests {
     }
 
     #[test]
-    fn ep_layout_matches_1_24() {
+    fn ep_versions_follow_the_host() {
+        assert_eq!(ep_version_for_host(23), 24);
+        assert_eq!(ep_version_for_host(24), 24);
+        assert_eq!(ep_version_for_host(25), 25);
+        assert_eq!(ep_version_for_host(31), 25);
+        assert_eq!(ep_version_for_host(32), 25);
+    }
+
+    #[test]
+    fn profiler_layout_matches_1_25() {
+        assert_eq!(offset_of!(OrtEpProfilerImpl, Release), slot(0));
+        assert_eq!(offset_of!(OrtEpProfilerImpl, StartProfiling), slot(1));
+        assert_eq!(offset_of!(OrtEpProfilerImpl, StartEvent), slot(2));
+        assert_eq!(offset_of!(OrtEpProfilerImpl, StopEvent), slot(3));
+        assert_eq!(offset_of!(OrtEpProfilerImpl, EndProfiling), slot(4));
+        assert_eq!(size_of::<OrtEpProfilerImpl>(), slot(5));
+    }
+
+    #[test]
+    fn ep_layout_matches_1_25() {
         assert_eq!(offset_of!(OrtEp, GetName), slot(0));
         assert_eq!(offset_of!(OrtEp, GetCapability), slot(1));
         assert_eq!(offset_of!(OrtEp, Compile), slot(2));
@@ -455,7 +585,9 @@ mod tests {
         );
         assert_eq!(offset_of!(OrtEp, GetKernelRegistry), slot(12));
         assert_eq!(offset_of!(OrtEp, IsConcurrentRunSupported), slot(13));
-        assert_eq!(size_of::<OrtEp>(), slot(14));
+        assert_eq!(offset_of!(OrtEp, Sync), slot(14));
+        assert_eq!(offset_of!(OrtEp, CreateProfiler), slot(15));
+        assert_eq!(size_of::<OrtEp>(), slot(16));
     }
 
     #[test]

@@ -181,6 +181,17 @@ impl Api {
         // SAFETY: the host is at least 1.`since_minor`, so its table extends this far.
         unsafe { *base.add(index) }
     }
+
+    /// The `OrtEpApi` function at member index `index` (see [`crate::abi::ep_api_index`]), when
+    /// the host is at least 1.`since_minor` (`OrtEpApi` is append-only too); else null.
+    pub fn ep_member(&self, index: usize, since_minor: u32) -> *const () {
+        if self.host_minor < since_minor {
+            return ptr::null();
+        }
+        let base = self.ep as *const OrtEpApi as *const *const ();
+        // SAFETY: a host of 1.`since_minor` or newer has every member of that version.
+        unsafe { *base.add(index) }
+    }
 }
 
 #[cfg(test)]

@@ -4,14 +4,53 @@
 use std::cell::RefCell;
 use std::ffi::c_void;
 use std::ptr;
+use std::sync::Arc;
+use std::time::Instant;
 
 use onnx_ir::DataType;
 use ort_sys::{ONNXTensorElementDataType, OrtKernelContext, OrtTensorTypeAndShapeInfo, OrtValue};
 use runtime::{Executable, InputTensor, RunContext};
 
-use crate::abi::{ORT_ABI_VERSION, OrtNodeComputeContext, OrtNodeComputeInfo, StatusPtr};
+use crate::abi::{
+    ORT_ABI_VERSION, OrtNodeComputeContext, OrtNodeComputeInfo, PROFILING_CATEGORY_KERNEL,
+    StatusPtr,
+};
 use crate::api::Api;
 use crate::error::{EpError, guard, guard_value};
+use crate::profiler::{EpEvent, ProfileHub};
+
+/// What a fused node's run events say about it, besides the run's own counters.
+pub struct RunLabels {
+    /// ONNX nodes in the group.
+    pub nodes: usize,
+    /// Its distinct op types, comma-separated.
+    pub op_types: String,
+    /// `cpu` or `gpu`.
+    pub device: &'static str,
+    /// The session's recording profilers.
+    pub profiles: Arc<ProfileHub>,
+}
+
+/// Counters read before a run, to tell afterwards what it did.
+#[derive(Clone, Copy)]
+struct Before {
+    runs: u64,
+    compiles: u64,
+}
+
+/// Whether a run's compiled closure was found in the cache: `hit`, `miss` (compiled for this
+/// run), `none` (eager), or `unknown` when another run of the node finished in between.
+fn cache_outcome(before: Before, after: Before, path: runtime::RunPath) -> &'static str {
+    if path == runtime::RunPath::Eager {
+        "none"
+    } else if after.runs != before.runs + 1 {
+        "unknown"
+    } else if after.compiles > before.compiles {
+        "miss"
+    } else {
+        "hit"
+    }
+}
 
 thread_local! {
     /// The generation key of the run this thread is in (from `OnRunStart`; ORT computes the
@@ -38,6 +77,8 @@ pub struct ComputeInfo {
     input_names: Vec<String>,
     /// Expected element type of each output, when known.
     output_dtypes: Vec<Option<DataType>>,
+    /// Labels of its profile events.
+    labels: RunLabels,
 }
 
 impl ComputeInfo {
@@ -49,6 +90,7 @@ impl ComputeInfo {
         input_map: Vec<usize>,
         input_names: Vec<String>,
         output_dtypes: Vec<Option<DataType>>,
+        labels: RunLabels,
     ) -> Box<Self> {
         Box::new(ComputeInfo {
             base: OrtNodeComputeInfo {
@@ -63,7 +105,15 @@ impl ComputeInfo {
             input_map,
             input_names,
             output_dtypes,
+            labels,
         })
+    }
+
+    fn counters(&self) -> Before {
+        Before {
+            runs: self.exe.run_stats().runs,
+            compiles: self.exe.cache_stats().compiles,
+        }
     }
 
     /// The vtable pointer handed to ORT.
@@ -150,6 +200,9 @@ impl ComputeInfo {
         let run = RunContext {
             generation_key: key.as_deref(),
         };
+        let profiling = self.labels.profiles.enabled();
+        let before = (profiling || span.is_some()).then(|| self.counters());
+        let started = Instant::now();
         let outputs = self
             .exe
             .run_with(&inputs, &run)
@@ -160,10 +213,37 @@ impl ComputeInfo {
                 code: ort_sys::OrtErrorCode::ORT_FAIL,
                 message: e.to_string(),
             })?;
-        if let (Some(span), Some(last)) = (span, self.exe.run_stats().last) {
-            span.arg("path", last.path.name());
-            span.arg("host_syncs", last.host_syncs as usize);
-            span.arg("host_reads", last.host_reads as usize);
+        let ran = started.elapsed();
+        if let Some(before) = before
+            && let Some(last) = self.exe.run_stats().last
+        {
+            let cache = cache_outcome(before, self.counters(), last.path);
+            if let Some(span) = span {
+                span.arg("path", last.path.name());
+                span.arg("cache", cache);
+                span.arg("host_syncs", last.host_syncs as usize);
+                span.arg("host_reads", last.host_reads as usize);
+            }
+            if profiling {
+                self.labels.profiles.record(EpEvent {
+                    category: PROFILING_CATEGORY_KERNEL,
+                    name: format!("{}_mlx_run", self.name),
+                    start: started,
+                    duration: ran,
+                    args: vec![
+                        ("ep", crate::options::EP_NAME.to_string()),
+                        ("fused_node", self.name.clone()),
+                        ("path", last.path.name().to_string()),
+                        ("cache", cache.to_string()),
+                        ("nodes", self.labels.nodes.to_string()),
+                        ("op_types", self.labels.op_types.clone()),
+                        ("device", self.labels.device.to_string()),
+                        ("host_syncs", last.host_syncs.to_string()),
+                        ("host_reads", last.host_reads.to_string()),
+                        ("mlx_us", ran.as_micros().to_string()),
+                    ],
+                });
+            }
         }
         if outputs.len() != self.output_dtypes.len() {
             return Err(EpError::new(format!(

@@ -1,23 +1,28 @@
 //! The `OrtEp` implementation: claiming nodes (`GetCapability`) and compiling fused groups.
 
 use std::collections::HashMap;
+use std::ffi::CString;
 use std::ffi::{CStr, c_char, c_int};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use onnx_ir::{Graph, ValueInfo};
 use ort_sys::{OrtGraph, OrtLogger, OrtLoggingLevel, OrtNode, OrtRunOptions, OrtStatusPtr};
 
 use crate::abi::{
-    ORT_ABI_VERSION, ORT_EP_VERSION, OrtEp, OrtEpGraphSupportInfo, OrtNodeComputeInfo,
-    OrtNodeFusionOptions, StatusPtr,
+    ORT_ABI_VERSION, OrtEp, OrtEpGraphSupportInfo, OrtEpProfilerImpl, OrtNodeComputeInfo,
+    OrtNodeFusionOptions, PROFILING_CATEGORY_SESSION, StatusPtr, ep_version_for_host,
 };
 use crate::api::Api;
 use crate::compute::ComputeInfo;
+use crate::context::{self, counters};
 use crate::error::{EpError, guard, guard_value};
 use crate::graph_reader::{Scope, read_graph, value_name};
 use crate::logging;
 use crate::options::EpOptions;
+use crate::profiler::{EpEvent, ProfileHub};
 use crate::summary::{NotClaimed, SessionSummary, is_own_fused_node};
 
 const NAME: &CStr = c"MLXExecutionProvider";
@@ -41,6 +46,12 @@ pub struct Ep {
     summary: SessionSummary,
     /// Whether the placement summary was reported (at the session's first run).
     summary_reported: AtomicBool,
+    /// The profilers ORT asked for (`CreateProfiler`, ORT >= 1.25) that record now.
+    profiles: Arc<ProfileHub>,
+    /// (fused node, source hash) of each group compiled into an EPContext node.
+    context_partitions: Mutex<Vec<(String, String)>>,
+    /// The last compatibility string handed to ORT (kept alive for it to copy).
+    compatibility: Mutex<CString>,
 }
 
 impl Ep {
@@ -48,7 +59,7 @@ impl Ep {
     pub fn new(api: Api, options: EpOptions, logger: *const OrtLogger) -> Box<Self> {
         Box::new(Ep {
             base: OrtEp {
-                ort_version_supported: ORT_EP_VERSION,
+                ort_version_supported: ep_version_for_host(api.host_minor),
                 GetName: get_name,
                 GetCapability: get_capability,
                 Compile: compile,
@@ -60,9 +71,11 @@ impl Ep {
                 OnRunEnd: Some(on_run_end),
                 CreateAllocator: None,
                 CreateSyncStreamForDevice: None,
-                GetCompiledModelCompatibilityInfo: None,
+                GetCompiledModelCompatibilityInfo: Some(get_compiled_model_compatibility_info),
                 GetKernelRegistry: None,
                 IsConcurrentRunSupported: Some(is_concurrent_run_supported),
+                Sync: None,
+                CreateProfiler: Some(create_profiler),
             },
             api,
             options,
@@ -71,6 +84,9 @@ impl Ep {
             logger,
             summary: SessionSummary::default(),
             summary_reported: AtomicBool::new(false),
+            profiles: Arc::new(ProfileHub::default()),
+            context_partitions: Mutex::new(Vec::new()),
+            compatibility: Mutex::new(CString::default()),
         })
     }
 
@@ -258,6 +274,19 @@ unsafe extern "system" fn get_capability(
         // Nodes this EP fused in an earlier pass (ORT partitions again after inlining
         // functions) show up as ops of its own domain: neither nodes to claim nor declines.
         partition.declines.retain(|d| !is_own_fused_node(&d.domain));
+        // This EP's EPContext nodes (a compiled model): each is one group, loaded in Compile
+        // from its cache without lowering.
+        let contexts: Vec<usize> = (0..g.nodes.len())
+            .filter(|&i| context::cache_of(&g.nodes[i]).is_some())
+            .collect();
+        if !contexts.is_empty() {
+            partition
+                .declines
+                .retain(|d| !contexts.iter().any(|&i| g.nodes[i].name == d.node));
+            partition
+                .clusters
+                .extend(contexts.iter().map(|&i| plan::Cluster { nodes: vec![i] }));
+        }
         let total = g
             .nodes
             .iter()
@@ -309,8 +338,10 @@ unsafe extern "system" fn get_capability(
         let options = OrtNodeFusionOptions {
             ort_version_supported: ORT_ABI_VERSION,
             // The plan keeps its own copy of constant initializers (read in Compile), so ORT
-            // need not feed them as inputs and may free those only this EP uses.
-            drop_constant_initializers: true,
+            // need not feed them as inputs and may free those only this EP uses; but when the
+            // session writes a compiled (EPContext) model, ORT must keep them for that model,
+            // whose EPContext nodes read them by name.
+            drop_constant_initializers: !ep.options.ep_context,
         };
         for cluster in &partition.clusters {
             let handles: Vec<*const OrtNode> =
@@ -596,11 +627,22 @@ pub fn align_interface(
 }
 
 /// Compiles one fused group into a compute info.
+/// An EPContext node to hand ORT for a compiled group.
+struct ContextNode {
+    name: String,
+    inputs: Vec<String>,
+    outputs: Vec<String>,
+    blob: String,
+    notes: String,
+}
+
+/// Compiles one fused group into a compute info; also describes its EPContext node when the
+/// session compiles the model (`ep.context_enable=1`).
 fn compile_one(
     ep: &Ep,
     graph: *const OrtGraph,
     fused: *const OrtNode,
-) -> Result<Box<ComputeInfo>, EpError> {
+) -> Result<(Box<ComputeInfo>, Option<ContextNode>), EpError> {
     let api = &ep.api;
     let mut span = crate::trace::span("compile", || "Compile".into());
     // SAFETY: live for this callback.
@@ -619,8 +661,37 @@ fn compile_one(
         .map_err(|e| e.context(&fused_name))?;
     read.graph.name = fused_name.clone();
 
-    let plan = plan::build_plan(&read.graph, &ep.registry)
-        .map_err(|e| EpError::new(format!("{fused_name}: building the plan failed: {e}")))?;
+    let lowering_start = Instant::now();
+    let cache = match read.graph.nodes.as_slice() {
+        [only] => context::cache_of(only),
+        _ => None,
+    };
+    let from_context = cache.is_some();
+    let (plan, source) = match cache {
+        Some(blob) => {
+            let node = &read.graph.nodes[0];
+            let (header, mut plan) = context::decode(blob?, &read.graph, &node.name)?;
+            order_outputs(&mut plan, &fused_outputs).map_err(|e| e.context(&node.name))?;
+            counters::loaded();
+            log::info!(
+                "Compile '{fused_name}': plan loaded from EPContext node '{}' (source {})",
+                node.name,
+                header.source
+            );
+            (plan, Some(header.source))
+        }
+        None => {
+            let plan = plan::build_plan(&read.graph, &ep.registry).map_err(|e| {
+                EpError::new(format!("{fused_name}: building the plan failed: {e}"))
+            })?;
+            counters::lowered();
+            let source = ep
+                .options
+                .ep_context
+                .then(|| context::source_hash(&read.graph));
+            (plan, source)
+        }
+    };
     let input_map = plan
         .inputs
         .iter()
@@ -638,6 +709,18 @@ fn compile_one(
         .collect::<Result<Vec<usize>, _>>()?;
     let input_names: Vec<String> = plan.inputs.iter().map(|pi| pi.name.clone()).collect();
     let output_dtypes = read.graph.outputs.iter().map(|v| v.dtype).collect();
+    let lowered = lowering_start.elapsed();
+    // The cache holds the plan as lowered, before the runtime's own rewrites (dequantized
+    // weights, layouts), which it makes again when it loads the plan.
+    let cached = match (ep.options.ep_context, &source) {
+        (true, Some(source)) => Some((
+            context::encode(&plan, source).map_err(|e| e.context(&fused_name))?,
+            context::weight_names(&plan),
+            plan.nodes.len(),
+            plan.steps.len(),
+        )),
+        _ => None,
+    };
     let exe = runtime::Executable::new(
         plan,
         &runtime::RuntimeOptions {
@@ -662,6 +745,36 @@ fn compile_one(
         span.arg("device", format!("{:?}", ep.options.device));
         span.arg("compile_class", format!("{:?}", exe.plan().compile_class()));
     }
+    let prepared = lowering_start.elapsed().saturating_sub(lowered);
+    let op_types = op_type_summary(read.graph.nodes.iter().map(|n| n.op_type.as_str()));
+    let device = device_name(exe.device());
+    if ep.profiles.enabled() {
+        let p = exe.plan();
+        let (suffix, origin) = if from_context {
+            ("context_load", "epcontext")
+        } else {
+            ("lowering", "lowered")
+        };
+        ep.profiles.record(EpEvent {
+            category: PROFILING_CATEGORY_SESSION,
+            name: format!("{fused_name}_mlx_{suffix}"),
+            start: lowering_start,
+            duration: lowered + prepared,
+            args: vec![
+                ("ep", crate::options::EP_NAME.to_string()),
+                ("fused_node", fused_name.clone()),
+                ("source", origin.into()),
+                ("nodes", read.graph.nodes.len().to_string()),
+                ("op_types", op_types.clone()),
+                ("steps", p.steps.len().to_string()),
+                ("constants", p.constants.len().to_string()),
+                ("compile_class", format!("{:?}", p.compile_class())),
+                ("device", device.to_string()),
+                ("lowering_us", lowered.as_micros().to_string()),
+                ("prepare_us", prepared.as_micros().to_string()),
+            ],
+        });
+    }
     log::info!(
         "Compile '{fused_name}': {} node(s), {} input(s), {} constant(s), {} output(s), device {:?}",
         read.graph.nodes.len(),
@@ -670,14 +783,229 @@ fn compile_one(
         fused_outputs.len(),
         exe.device()
     );
-    Ok(ComputeInfo::new(
+    if let Some(span) = span.as_mut() {
+        span.arg("source", if from_context { "epcontext" } else { "lowered" });
+    }
+    let context_node = match (cached, source) {
+        (Some((blob, weights, lowered_nodes, lowered_steps)), Some(source)) => {
+            let mut inputs: Vec<String> = fused_inputs
+                .iter()
+                .filter(|n| !n.is_empty() && !read.graph.initializers.contains_key(*n))
+                .cloned()
+                .collect();
+            for w in weights {
+                if !inputs.contains(&w) {
+                    inputs.push(w);
+                }
+            }
+            ep.context_partitions
+                .lock()
+                .map_err(|_| EpError::new("poisoned"))?
+                .push((fused_name.clone(), source.clone()));
+            Some(ContextNode {
+                name: fused_name.clone(),
+                inputs,
+                outputs: fused_outputs.clone(),
+                notes: format!(
+                    "{lowered_nodes} ONNX node(s) ({op_types}) lowered to {lowered_steps} MLX step(s); source {source}"
+                ),
+                blob,
+            })
+        }
+        _ => None,
+    };
+    let info = ComputeInfo::new(
         *api,
         fused_name,
         exe,
         input_map,
         input_names,
         output_dtypes,
-    ))
+        crate::compute::RunLabels {
+            nodes: read.graph.nodes.len(),
+            op_types,
+            device,
+            profiles: Arc::clone(&ep.profiles),
+        },
+    );
+    Ok((info, context_node))
+}
+
+/// Puts a loaded plan's outputs in the fused node's output order (matched by name).
+fn order_outputs(plan: &mut plan::Plan, fused_outputs: &[String]) -> Result<(), EpError> {
+    if plan.output_names == fused_outputs {
+        return Ok(());
+    }
+    let mut slots = Vec::with_capacity(fused_outputs.len());
+    for name in fused_outputs {
+        let at = plan
+            .output_names
+            .iter()
+            .position(|n| n == name)
+            .ok_or_else(|| {
+                EpError::invalid_argument(format!(
+                    "the cached plan has no output '{name}': stale context; compile the model again from the original"
+                ))
+            })?;
+        slots.push(plan.outputs[at]);
+    }
+    plan.outputs = slots;
+    plan.output_names = fused_outputs.to_vec();
+    Ok(())
+}
+
+/// Makes the `EPContext` node ORT writes into the compiled model in place of a fused group.
+fn make_context_node(api: &Api, node: &ContextNode) -> Result<*mut OrtNode, EpError> {
+    use ort_sys::OrtOpAttrType::{ORT_OP_ATTR_INT, ORT_OP_ATTR_STRING};
+    let o = api.ort;
+    // SAFETY: GetModelEditorApi exists from 1.22 on and returns ORT's static table.
+    let editor = unsafe { (o.GetModelEditorApi)() };
+    if editor.is_null() {
+        return Err(EpError::new("ORT has no model editor API"));
+    }
+    // SAFETY: non-null static table.
+    let editor = unsafe { &*editor };
+    let mut attrs: Vec<*mut ort_sys::OrtOpAttr> = Vec::new();
+    let result = (|| -> Result<*mut OrtNode, EpError> {
+        let one: i64 = 1;
+        let ints: [(&CStr, i64); 2] = [(c"main_context", one), (c"embed_mode", one)];
+        for (name, value) in ints {
+            let mut a = ptr::null_mut();
+            // SAFETY: `value` lives across the call; ORT copies it.
+            api.check(
+                unsafe {
+                    (o.CreateOpAttr)(
+                        name.as_ptr(),
+                        (&value as *const i64).cast(),
+                        1,
+                        ORT_OP_ATTR_INT,
+                        &mut a,
+                    )
+                },
+                "CreateOpAttr",
+            )?;
+            attrs.push(a);
+        }
+        let sdk = format!("MLX {}", context::mlx_version());
+        let strings: [(&CStr, &str); 5] = [
+            (c"ep_cache_context", node.blob.as_str()),
+            (c"ep_sdk_version", sdk.as_str()),
+            (c"partition_name", node.name.as_str()),
+            (c"source", crate::options::EP_NAME),
+            (c"notes", node.notes.as_str()),
+        ];
+        for (name, value) in strings {
+            let len = c_int::try_from(value.len())
+                .map_err(|_| EpError::new(format!("{} is too long", name.to_string_lossy())))?;
+            let mut a = ptr::null_mut();
+            // SAFETY: `value` lives across the call; ORT copies `len` bytes.
+            api.check(
+                unsafe {
+                    (o.CreateOpAttr)(
+                        name.as_ptr(),
+                        value.as_ptr().cast(),
+                        len,
+                        ORT_OP_ATTR_STRING,
+                        &mut a,
+                    )
+                },
+                "CreateOpAttr",
+            )?;
+            attrs.push(a);
+        }
+        let cstrings = |names: &[String]| -> Vec<CString> {
+            names.iter().map(|n| crate::api::to_cstring(n)).collect()
+        };
+        let ins = cstrings(&node.inputs);
+        let outs = cstrings(&node.outputs);
+        let in_ptrs: Vec<*const c_char> = ins.iter().map(|c| c.as_ptr()).collect();
+        let out_ptrs: Vec<*const c_char> = outs.iter().map(|c| c.as_ptr()).collect();
+        let name = crate::api::to_cstring(&node.name);
+        let op = crate::api::to_cstring(context::OP_TYPE);
+        let domain = crate::api::to_cstring(context::DOMAIN);
+        let mut out = ptr::null_mut();
+        // SAFETY: every array lives across the call; ORT copies names and attributes.
+        api.check(
+            unsafe {
+                (editor.CreateNode)(
+                    op.as_ptr(),
+                    domain.as_ptr(),
+                    name.as_ptr(),
+                    in_ptrs.as_ptr(),
+                    in_ptrs.len(),
+                    out_ptrs.as_ptr(),
+                    out_ptrs.len(),
+                    attrs.as_mut_ptr(),
+                    attrs.len(),
+                    &mut out,
+                )
+            },
+            "CreateNode",
+        )?;
+        Ok(out)
+    })();
+    for a in attrs {
+        // SAFETY: made by CreateOpAttr; CreateNode copied them.
+        unsafe { (o.ReleaseOpAttr)(a) };
+    }
+    result
+}
+
+/// `OrtEp::GetCompiledModelCompatibilityInfo`: the versions this EP's EPContext caches depend
+/// on and each compiled group's source hash (ORT stores it in the compiled model's metadata
+/// and hands it to `ValidateCompiledModelCompatibilityInfo` when the model is loaded).
+unsafe extern "system" fn get_compiled_model_compatibility_info(
+    this: *mut OrtEp,
+    _graph: *const OrtGraph,
+) -> *const c_char {
+    guard_value("GetCompiledModelCompatibilityInfo", ptr::null(), || {
+        // SAFETY: `this` is our EP.
+        let ep = unsafe { Ep::from_ptr(this) };
+        let partitions = ep
+            .context_partitions
+            .lock()
+            .map(|p| p.clone())
+            .unwrap_or_default();
+        let text = crate::api::to_cstring(&context::compatibility_info(&partitions));
+        let Ok(mut keep) = ep.compatibility.lock() else {
+            return ptr::null();
+        };
+        *keep = text;
+        keep.as_ptr()
+    })
+}
+
+/// The distinct op types of a group, in first-seen order, comma-separated.
+fn op_type_summary<'a>(ops: impl Iterator<Item = &'a str>) -> String {
+    let mut seen: Vec<&str> = Vec::new();
+    for op in ops {
+        if !seen.contains(&op) {
+            seen.push(op);
+        }
+    }
+    seen.join(",")
+}
+
+/// `cpu` or `gpu`.
+fn device_name(device: runtime::DeviceKind) -> &'static str {
+    match device {
+        runtime::DeviceKind::Gpu => "gpu",
+        runtime::DeviceKind::Cpu => "cpu",
+    }
+}
+
+/// `OrtEp::CreateProfiler` (ORT >= 1.25): a profiler that puts this session's EP events into
+/// ORT's profile.
+unsafe extern "system" fn create_profiler(
+    this: *mut OrtEp,
+    profiler: *mut *mut OrtEpProfilerImpl,
+) -> StatusPtr {
+    guard("CreateProfiler", || {
+        // SAFETY: `this` is our EP.
+        let ep = unsafe { Ep::from_ptr(this) };
+        // SAFETY: ORT's out-pointer.
+        unsafe { crate::profiler::create_profiler(&ep.api, &ep.profiles, profiler) }
+    })
 }
 
 unsafe extern "system" fn compile(
@@ -686,7 +1014,7 @@ unsafe extern "system" fn compile(
     fused_nodes: *mut *const OrtNode,
     count: usize,
     node_compute_infos: *mut *mut OrtNodeComputeInfo,
-    _ep_context_nodes: *mut *mut OrtNode,
+    ep_context_nodes: *mut *mut OrtNode,
 ) -> StatusPtr {
     guard("Compile", || {
         // SAFETY: `this` is our EP.
@@ -700,10 +1028,20 @@ unsafe extern "system" fn compile(
         for i in 0..count {
             // SAFETY: ORT passes `count` entries in each array.
             let (graph, fused) = unsafe { (*graphs.add(i), *fused_nodes.add(i)) };
-            let info = compile_one(ep, graph, fused)?;
+            let (info, context_node) = compile_one(ep, graph, fused)?;
             // Written as soon as made: ORT releases every non-null entry, also on failure.
             // SAFETY: ORT's array of `count` slots.
             unsafe { *node_compute_infos.add(i) = info.into_raw() };
+            if let Some(node) = context_node {
+                if ep_context_nodes.is_null() {
+                    return Err(EpError::new(
+                        "ep.context_enable=1 but ORT passed no room for EPContext nodes",
+                    ));
+                }
+                let made = make_context_node(&ep.api, &node)?;
+                // SAFETY: ORT's array of `count` slots; ORT owns the node.
+                unsafe { *ep_context_nodes.add(i) = made };
+            }
         }
         Ok(())
     })

@@ -45,7 +45,7 @@ impl Factory {
                 ReleaseEp: release_ep,
                 GetVendorId: get_vendor_id,
                 GetVersion: get_version,
-                ValidateCompiledModelCompatibilityInfo: None,
+                ValidateCompiledModelCompatibilityInfo: Some(validate_compiled_model),
                 CreateAllocator: None,
                 ReleaseAllocator: None,
                 CreateDataTransfer: create_data_transfer,
@@ -109,6 +109,41 @@ unsafe extern "system" fn create_data_transfer(
             // SAFETY: ORT's out-pointer.
             unsafe { *data_transfer = ptr::null_mut() };
         }
+        Ok(())
+    })
+}
+
+/// `OrtCompiledModelCompatibility_EP_SUPPORTED_OPTIMAL`.
+const COMPILED_MODEL_OPTIMAL: i32 = 1;
+/// `OrtCompiledModelCompatibility_EP_UNSUPPORTED`.
+const COMPILED_MODEL_UNSUPPORTED: i32 = 3;
+
+/// `OrtEpFactory::ValidateCompiledModelCompatibilityInfo`: a model compiled by this EP (its
+/// compatibility string, see `context`) runs only on the same EP, MLX and plan format.
+unsafe extern "system" fn validate_compiled_model(
+    _this: *mut OrtEpFactory,
+    _devices: *const *const OrtHardwareDevice,
+    _num_devices: usize,
+    info: *const c_char,
+    out: *mut crate::abi::OrtCompiledModelCompatibility,
+) -> StatusPtr {
+    guard("ValidateCompiledModelCompatibilityInfo", || {
+        if out.is_null() {
+            return Err(EpError::new("null compatibility out-pointer"));
+        }
+        // SAFETY: NUL-terminated from ORT, or null.
+        let info = unsafe { cstr_lossy(info) };
+        let verdict = match crate::context::check_compatibility(&info) {
+            Ok(()) => COMPILED_MODEL_OPTIMAL,
+            Err(why) => {
+                log::warn!(
+                    "{EP_NAME}: the compiled model does not fit this build ({why}); compile it again from the original ONNX model"
+                );
+                COMPILED_MODEL_UNSUPPORTED
+            }
+        };
+        // SAFETY: ORT's out-pointer, checked above.
+        unsafe { *out = verdict };
         Ok(())
     })
 }

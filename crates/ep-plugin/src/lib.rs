@@ -18,12 +18,17 @@
 //!
 //! Version negotiation: the library asks the host for `OrtApi` version 23 and declares 23 in
 //! every struct it hands over, whatever newer version the host is (ORT reads only the members
-//! that existed at the declared version). Hosts older than 1.23 get a clear error.
+//! that existed at the declared version), except `OrtEp`, which declares the host's version up
+//! to 1.25 (`abi::ep_version_for_host`) for `IsConcurrentRunSupported` and `CreateProfiler`
+//! (the EP's events in ORT's profile, see `profiler`). Hosts older than 1.23 get a clear error.
 //!
 //! Environment switches: [`env_vars::ENV_VARS`] lists every one (the EP's, the build's and the
 //! tools'), and `docs/usage.md` shows that list; among them `ORTMLX_LOG=error|warn|info|debug|trace`
 //! (stderr logging), `ORTMLX_LOG_CLAIMS=1` (each node's claim or decline with its reason),
 //! `ORTMLX_TRACE=<path>` (a Chrome-trace JSON of capability, compile and compute; see [`trace`]).
+//!
+//! Compiled models: with `ep.context_enable=1` each fused group becomes an `EPContext` node
+//! carrying its lowered plan, which a later session loads without lowering (see [`context`]).
 //!
 //! When fewer than all of a session's nodes run on MLX, the EP logs one warning through the
 //! session's ORT logger at its first run: `MLXExecutionProvider: N of M nodes on MLX; top
@@ -35,6 +40,7 @@
 pub mod abi;
 pub mod api;
 mod compute;
+pub mod context;
 /// Every environment variable of the project, with who reads it and what it does: the one
 /// list `cargo xtask docs` turns into the table of `docs/usage.md`.
 pub mod env_vars;
@@ -46,6 +52,7 @@ mod logging;
 #[cfg(test)]
 mod mock_ort;
 pub mod options;
+mod profiler;
 mod summary;
 pub mod trace;
 
@@ -109,6 +116,19 @@ pub unsafe extern "C" fn CreateEpFactories(
         })
     }))
     .unwrap_or(std::ptr::null_mut())
+}
+
+/// Plans this library lowered from ONNX nodes so far in the process (`plan::build_plan`);
+/// stays unchanged while sessions load EPContext models. For tests and tools (`ctypes`).
+#[unsafe(no_mangle)]
+pub extern "C" fn OrtMlxEp_LoweringCount() -> u64 {
+    context::counters::lowerings()
+}
+
+/// Plans this library loaded from EPContext caches so far in the process.
+#[unsafe(no_mangle)]
+pub extern "C" fn OrtMlxEp_ContextLoadCount() -> u64 {
+    context::counters::context_loads()
 }
 
 /// Releases a factory made by [`CreateEpFactories`].

@@ -52,7 +52,13 @@ pub struct EpOptions {
     pub memory_limit: Option<usize>,
     /// MLX's buffer cache limit in bytes, when given.
     pub cache_limit: Option<usize>,
+    /// ORT's session option `ep.context_enable=1`: the session compiles the model into one
+    /// with EPContext nodes (see `context`).
+    pub ep_context: bool,
 }
+
+/// ORT's session config key that asks EPs for EPContext nodes.
+pub const EP_CONTEXT_ENABLE: &str = "ep.context_enable";
 
 /// Reads a byte count: digits with an optional K, M, G or T suffix (powers of 1024; a
 /// trailing `B`/`iB` is accepted).
@@ -110,8 +116,13 @@ impl EpOptions {
             kernel_cache_dir: None,
             memory_limit: None,
             cache_limit: None,
+            ep_context: false,
         };
         for (key, value) in entries {
+            if key == EP_CONTEXT_ENABLE {
+                options.ep_context = value.trim() == "1";
+                continue;
+            }
             let Some(key) = key.strip_prefix(OPTION_PREFIX) else {
                 continue;
             };

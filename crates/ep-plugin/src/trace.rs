@@ -143,7 +143,7 @@ fn tracer() -> Option<&'static Tracer> {
 }
 
 /// The OS id of the calling thread (Linux: from `/proc/thread-self`), else a small counter.
-fn thread_id() -> u64 {
+pub fn thread_id() -> u64 {
     use std::sync::atomic::AtomicU64;
     static NEXT: AtomicU64 = AtomicU64::new(1);
     thread_local! {

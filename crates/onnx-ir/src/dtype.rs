@@ -2,6 +2,7 @@
 
 /// An ONNX tensor element type; the discriminant is ONNX's `TensorProto.DataType` value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[repr(i32)]
 pub enum DataType {
     /// 32-bit IEEE float.

@@ -9,6 +9,7 @@ pub const DEFAULT_DOMAIN: &str = "";
 
 /// One dimension of a value's shape.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum Dim {
     /// A known size.
     Fixed(i64),
@@ -30,6 +31,7 @@ impl Dim {
 
 /// A named value's type: element type and (possibly partial) shape.
 #[derive(Debug, Clone, PartialEq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ValueInfo {
     /// The value's name, unique in its graph.
     pub name: String,
@@ -62,6 +64,7 @@ impl ValueInfo {
 
 /// A node attribute value.
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum Attribute {
     /// `FLOAT`.
     Float(f32),
@@ -108,6 +111,7 @@ impl Attribute {
 
 /// One operator application.
 #[derive(Debug, Clone, PartialEq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Node {
     /// Node name (may be empty in ONNX; the EP fills a unique one when it is).
     pub name: String,
@@ -180,6 +184,7 @@ impl Node {
 
 /// A graph (or subgraph): nodes, its interface and constant values.
 #[derive(Debug, Clone, PartialEq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Graph {
     /// Graph name.
     pub name: String,
@@ -199,6 +204,7 @@ pub struct Graph {
 
 /// A structural error in a graph.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum IrError {
     /// A value is produced by more than one node (or is also an input/initializer).
     DuplicateProducer(String),

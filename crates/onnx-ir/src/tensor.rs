@@ -8,6 +8,7 @@ use crate::DataType;
 ///
 /// The bytes are shared (`Arc`), so cloning is cheap.
 #[derive(Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct TensorData {
     /// Element type.
     pub dtype: DataType,

@@ -15,6 +15,7 @@ use crate::step::{Slot, shape_range};
 
 /// One node of the host program.
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct HostNode {
     /// The ONNX node (shape arithmetic: `Shape`, `Gather`, `Concat`, integer math, ...).
     pub node: Node,
@@ -26,6 +27,7 @@ pub struct HostNode {
 
 /// Shape arithmetic evaluated on the host from input shapes, before the steps run.
 #[derive(Debug, Clone, PartialEq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct HostProgram {
     /// Nodes in execution order.
     pub nodes: Vec<HostNode>,
@@ -144,6 +146,7 @@ impl HostProgram {
 /// An argument of a [`crate::Step::HostEval`]: where the host value of one node input comes
 /// from during the trace.
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum HostArg {
     /// The host value of a slot (a host-program result, an earlier `HostEval`, a small plan
     /// input).

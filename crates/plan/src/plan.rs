@@ -11,6 +11,7 @@ use crate::step::{ShapeSource, Slot, Step};
 
 /// A graph input of the plan: the runtime binds the ORT input array to `slot`.
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct PlanInput {
     /// The slot the input array is bound to.
     pub slot: Slot,
@@ -24,6 +25,7 @@ pub struct PlanInput {
 
 /// What the planner knows about a slot, for diagnostics and snapshots.
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct SlotInfo {
     /// The ONNX value name it holds, or a synthetic name for temporaries.
     pub name: String,
@@ -33,6 +35,7 @@ pub struct SlotInfo {
 
 /// Which steps one ONNX node became (for diagnostics and snapshots).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct NodeSpan {
     /// Node name.
     pub name: String,
@@ -47,6 +50,7 @@ pub struct NodeSpan {
 
 /// One reason a plan is not [`CompileClass::Shapeless`] (see [`Plan::compile_blockers`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct CompileBlocker {
     /// The step, or `None` for the host program.
     pub step: Option<usize>,
@@ -85,6 +89,7 @@ fn step_kind(s: &Step) -> String {
 
 /// How a plan may be compiled (`mlx_compile`) by the runtime.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum CompileClass {
     /// Every step is shape-polymorphic: one shapeless compiled closure serves all shapes.
     Shapeless,
@@ -97,6 +102,7 @@ pub enum CompileClass {
 /// A lowered cluster: the runtime binds inputs and constants to slots, runs the steps in
 /// order, and returns the output slots' arrays.
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Plan {
     /// Graph inputs, in the cluster graph's input order.
     pub inputs: Vec<PlanInput>,
@@ -325,6 +331,7 @@ impl fmt::Debug for StepBody<'_> {
 
 /// Why a cluster could not be planned.
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum PlanError {
     /// A node the registry does not (or no longer) claim.
     Unsupported {

@@ -50,6 +50,7 @@ pub use roi_align::{RoiAlignSpec, RoiSamples};
 
 /// A value slot: the index of one array in the runtime's value table.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Slot(pub u32);
 
 impl Slot {
@@ -78,6 +79,7 @@ pub trait HostReader {
 
 /// A host-side `i64` vector: known at plan time, or read from a slot at run time.
 #[derive(Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum ShapeSource {
     /// Known at plan time (from an initializer, a Constant node or an attribute).
     Static(Vec<i64>),
@@ -114,6 +116,7 @@ impl ShapeSource {
 
 /// A host-side `f64` vector: known at plan time, or read from a slot at run time.
 #[derive(Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum FloatSource {
     /// Known at plan time.
     Static(Vec<f64>),
@@ -151,6 +154,7 @@ impl FloatSource {
 /// Elementwise one-input MLX ops; the result has the input's dtype (the planner only emits the
 /// float-only ops on float inputs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum UnaryOp {
     /// `mlx_abs`.
     Abs,
@@ -269,6 +273,7 @@ impl UnaryOp {
 /// broadcasting). The planner always passes operands of one dtype, so MLX's promotion never
 /// applies; comparisons and logical ops return bool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum BinaryOp {
     /// `mlx_add`.
     Add,
@@ -364,6 +369,7 @@ impl BinaryOp {
 
 /// Reductions over axes (`mlx_<op>_axes(x, axes, keepdims)`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum ReduceOp {
     /// `mlx_sum_axes`.
     Sum,
@@ -402,6 +408,7 @@ impl ReduceOp {
 /// Index-returning reductions (`mlx_argmax_axis` / `mlx_argmin_axis`); MLX returns uint32, so
 /// the planner follows them with an `AsType` to int64.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum ArgReduceOp {
     /// `mlx_argmax_axis`.
     ArgMax,
@@ -473,6 +480,7 @@ fn shape_to_i32(shape: &[i64]) -> Result<Vec<i32>, String> {
 
 /// How a [`Step::Reshape`] computes its target shape from the input shape.
 #[derive(Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum ReshapeTarget {
     /// A shape fully known at plan time.
     Fixed(Vec<i64>),
@@ -724,6 +732,7 @@ pub fn shape_range(rank: usize, start: i64, end: Option<i64>) -> std::ops::Range
 
 /// ONNX `Slice` (opset 10+ inputs, or opset 1 attributes) over an input of runtime shape.
 #[derive(Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct SliceSpec {
     /// `starts`.
     pub starts: ShapeSource,
@@ -754,6 +763,7 @@ impl fmt::Debug for SliceSpec {
 /// negative stride, "stop before index 0" is encoded as `-(dim + 1)` (MLX adds `dim` to
 /// negative stops, giving `-1`, its "left of 0" position).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct SliceBounds {
     /// `start` per axis.
     pub start: Vec<i32>,
@@ -907,6 +917,7 @@ pub fn slice_bounds(
 
 /// The axes of a [`Step::Reduce`].
 #[derive(Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum ReduceAxes {
     /// Every axis.
     All,
@@ -970,6 +981,7 @@ impl ReduceAxes {
 
 /// How spatial padding is decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum AutoPad {
     /// Explicit `pads` (low and high per spatial dim).
     Explicit {
@@ -1023,6 +1035,7 @@ impl AutoPad {
 /// Static attributes of a [`Step::Conv`] (channels-last: input `[N, *spatial, C]`, weight
 /// `[O, *kernel, C/groups]`).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ConvSpec {
     /// Kernel spatial size (from the weight's shape).
     pub kernel: Vec<i64>,
@@ -1042,6 +1055,7 @@ pub struct ConvSpec {
 
 /// Resolved `mlx_conv_general` arguments.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ConvArgs {
     /// `stride`.
     pub stride: Vec<i32>,
@@ -1084,6 +1098,7 @@ impl ConvSpec {
 
 /// Static attributes of ONNX `MaxPool`/`AveragePool` over an NC* (channels-first) input.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct PoolSpec {
     /// `kernel_shape`.
     pub kernel: Vec<i64>,
@@ -1101,6 +1116,7 @@ pub struct PoolSpec {
 
 /// Per-spatial-dim geometry of a pool for one input shape.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct PoolGeometry {
     /// Output spatial dims.
     pub out: Vec<i64>,
@@ -1223,6 +1239,7 @@ impl PoolSpec {
 
 /// Padding of a [`Step::Pad`].
 #[derive(Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum PadSpec {
     /// Fixed pads per axis.
     Static {
@@ -1260,6 +1277,7 @@ impl fmt::Debug for PadSpec {
 
 /// How a pad fills the new positions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum PadMode {
     /// `"constant"`: fill with the value.
     Constant,
@@ -1320,6 +1338,7 @@ impl PadMode {
 
 /// Resolved `mlx_pad` arguments.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct PadArgs {
     /// `axes`.
     pub axes: Vec<i32>,
@@ -1399,6 +1418,7 @@ impl PadSpec {
 
 /// Sliding windows over the trailing spatial dims of a channels-first input, for pooling.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct WindowSpec {
     /// Window size per spatial dim.
     pub kernel: Vec<i64>,
@@ -1410,6 +1430,7 @@ pub struct WindowSpec {
 
 /// Resolved `mlx_as_strided` arguments (element strides of a row-contiguous input).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct WindowArgs {
     /// `shape`: `[N, C, *out, *kernel]`.
     pub shape: Vec<i32>,
@@ -1461,6 +1482,7 @@ impl WindowSpec {
 /// ONNX `Resize` coordinate transformation modes (nearest only uses them to map output to
 /// input positions).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum CoordinateTransform {
     /// `half_pixel`.
     HalfPixel,
@@ -1478,6 +1500,7 @@ pub enum CoordinateTransform {
 
 /// ONNX `Resize` `nearest_mode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum NearestMode {
     /// `round_prefer_floor`.
     RoundPreferFloor,
@@ -1491,6 +1514,7 @@ pub enum NearestMode {
 
 /// ONNX `Resize` in nearest mode.
 #[derive(Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ResizeSpec {
     /// Coordinate mapping.
     pub coordinate_transform: CoordinateTransform,
@@ -1608,6 +1632,7 @@ pub fn nearest_indices(
 
 /// One MLX-level operation of a plan. See `STEPS.md` for the exact mlx-c calls of each variant.
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum Step {
     /// `out = mlx_<op>(x)`.
     Unary {

@@ -6,6 +6,7 @@ use super::{ShapeSource, Slot};
 
 /// The resolved geometry of a Col2Im node.
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Col2ImGeometry {
     /// Output spatial dims.
     pub image: Vec<i64>,
@@ -98,6 +99,7 @@ impl Col2ImGeometry {
 
 /// The attributes and shape inputs of a [`super::Step::Col2Im`].
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Col2ImSpec {
     /// `image_shape` (input 1).
     pub image: ShapeSource,

@@ -5,6 +5,7 @@ use super::{ConvArgs, shape_to_i32, to_i32};
 
 /// How a [`ConvTransposeSpec`] decides its padding and output size (ONNX Runtime's rules).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum ConvTransposePadding {
     /// Explicit `pads` (`auto_pad` NOTSET or VALID): output =
     /// `(in - 1) * stride + output_padding + (kernel - 1) * dilation + 1 - lo - hi`.
@@ -34,6 +35,7 @@ pub enum ConvTransposePadding {
 /// Static attributes of a [`super::Step::ConvTranspose`]: channels-last input
 /// `[N, *spatial, C]`, weight already in `mlx_conv_general`'s layout `[O, *kernel, C/groups]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ConvTransposeSpec {
     /// Kernel spatial size.
     pub kernel: Vec<i64>,
@@ -52,6 +54,7 @@ pub struct ConvTransposeSpec {
 /// Resolved arguments: `mlx_conv_general(x, w, conv...)` with `flip = true`, then (when any
 /// crop is non-zero) `mlx_slice` removing `crop_lo` / `crop_hi` elements of each spatial dim.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ConvTransposeArgs {
     /// The convolution (stride 1, `input_dilation` = the ONNX strides).
     pub conv: ConvArgs,

@@ -3,6 +3,7 @@
 
 /// The accumulation of a [`super::Step::Cumulative`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum CumOp {
     /// `mlx_cumsum_axis`.
     Sum,

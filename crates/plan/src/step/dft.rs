@@ -7,6 +7,7 @@ use super::{HostReader, ShapeSource, Slot, normalize_axis, to_i32};
 
 /// Static and run-time parameters of a [`super::Step::Dft`].
 #[derive(Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct DftSpec {
     /// The transformed axis (one value; negative counts from the end, the complex dim included).
     pub axis: ShapeSource,
@@ -30,6 +31,7 @@ impl fmt::Debug for DftSpec {
 
 /// Which MLX transform a [`DftArgs`] calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum DftKind {
     /// `mlx_fft_fft`.
     Forward,
@@ -41,6 +43,7 @@ pub enum DftKind {
 
 /// Resolved arguments of a [`super::Step::Dft`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct DftArgs {
     /// The transformed axis (non-negative, not the last).
     pub axis: i32,

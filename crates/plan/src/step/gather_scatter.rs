@@ -5,6 +5,7 @@ use super::{shape_to_i32, to_i32};
 
 /// The MLX scatter of a [`super::Step::Scatter`] (ONNX `reduction`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum ScatterOp {
     /// `mlx_scatter`: overwrite (`none`).
     Assign,
@@ -82,6 +83,7 @@ pub fn nonzero_coords(shape: &[i64], nonzero: &[bool]) -> Result<(Vec<i64>, Vec<
 
 /// One output dim of a [`super::ReshapeTarget::Dims`]: `product(input[dims]) * mul / div`.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct DimRule {
     /// Input dims multiplied together (empty: 1).
     pub dims: Vec<usize>,

@@ -7,6 +7,7 @@ use onnx_ir::{DataType, TensorData};
 
 /// A cosine-sum window of [`super::Step::Window`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum WindowKind {
     /// `HannWindow`.
     Hann,
@@ -78,6 +79,7 @@ pub fn cosine_window(
 
 /// One element read on the host, compared as ORT's `std::map` would (`-0 == 0`).
 #[derive(Debug, Clone, Copy)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum HostValue {
     /// An integer (or bool) element.
     Int(i64),
@@ -105,6 +107,7 @@ fn cmp_values(a: &[HostValue], b: &[HostValue]) -> Ordering {
 
 /// The four outputs of ONNX `Unique` (Y, indices, inverse_indices, counts).
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct UniqueResult {
     /// The unique elements or slices, of the input's dtype.
     pub y: TensorData,

@@ -5,6 +5,7 @@ use std::fmt;
 
 /// Which recurrent layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum RecurrentKind {
     /// ONNX `RNN`: `H = f(X W^T + H R^T + Wb + Rb)`.
     Rnn,
@@ -41,6 +42,7 @@ impl RecurrentKind {
 
 /// A recurrent activation with its resolved alpha / beta (ORT's formulas).
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum Activation {
     /// `1 / (1 + e^-x)`.
     Sigmoid,
@@ -89,6 +91,7 @@ impl Activation {
 
 /// Static attributes of one recurrent node (ONNX layout 0), computed in float32.
 #[derive(Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct RecurrentSpec {
     /// The layer.
     pub kind: RecurrentKind,

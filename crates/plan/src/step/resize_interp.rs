@@ -8,6 +8,7 @@ use super::{CoordinateTransform, FloatSource, HostReader, ShapeSource, Slot, nor
 
 /// Interpolation of a [`super::Step::ResizeInterp`].
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum InterpMode {
     /// `linear`: 2 taps per axis, the corner products summed (bilinear / trilinear).
     Linear,
@@ -22,6 +23,7 @@ pub enum InterpMode {
 
 /// How output positions map to input coordinates.
 #[derive(Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum InterpCoordinates {
     /// One of the `coordinate_transformation_mode`s (not `tf_crop_and_resize`).
     Transform(CoordinateTransform),
@@ -48,6 +50,7 @@ impl fmt::Debug for InterpCoordinates {
 
 /// Opset 18 `keep_aspect_ratio_policy`: how `sizes` are honoured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum AspectPolicy {
     /// Each listed axis gets its size.
     Stretch,
@@ -59,6 +62,7 @@ pub enum AspectPolicy {
 
 /// ONNX `Resize` (opset 10+) or `Upsample` in linear / cubic mode.
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct InterpSpec {
     /// Linear or cubic.
     pub mode: InterpMode,
@@ -80,6 +84,7 @@ pub struct InterpSpec {
 /// One interpolated axis: the input positions and weights of each tap for every output
 /// position.
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct InterpAxis {
     /// The axis.
     pub axis: i32,
@@ -94,6 +99,7 @@ pub struct InterpAxis {
 
 /// Resolved interpolation for one input shape.
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct InterpArgs {
     /// The interpolated axes, in increasing order; empty when the output equals the input (ORT
     /// then copies).

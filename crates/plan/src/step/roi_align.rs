@@ -7,6 +7,7 @@ const MAX_SAMPLES: i64 = 1 << 27;
 
 /// The static attributes of one `RoiAlign` node.
 #[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct RoiAlignSpec {
     /// `mode == "max"` (else `avg`).
     pub max_mode: bool,
@@ -26,6 +27,7 @@ pub struct RoiAlignSpec {
 /// (`output_height * output_width`, row-major) and corner entry `k` (`corners` per bin: up to
 /// the largest sampling grid of any roi, times 4 bilinear corners); all flattened `[R, P, K]`.
 #[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct RoiSamples {
     /// Number of rois `R`.
     pub rois: usize,
