@@ -387,6 +387,67 @@ def generate(session, cfg: LlamaConfig, prompt: Sequence[int], steps: int) -> Ge
     return Generation(tokens, logits, prefill_s, decode_s)
 
 
+#: The vendor id of the MLX EP's memory device: values bound to
+#: ``OrtDevice(cpu, default memory, MLX_VENDOR_ID, 0)`` live in MLX's own buffers.
+MLX_VENDOR_ID = 0x4D4C
+
+
+def mlx_device():
+    """The MLX EP's memory device, as the C-level ``OrtDevice`` IOBinding takes."""
+    import onnxruntime as ort
+
+    return ort.OrtDevice.make("cpu", 0, MLX_VENDOR_ID)._get_c_device()
+
+
+def generate_iobinding(session, cfg: LlamaConfig, prompt: Sequence[int], steps: int) -> Generation:
+    """``generate`` through IOBinding: every ``present.*`` is bound to the MLX EP's memory and
+    fed back as the next step's ``past_key_values.*`` without leaving it; only the logits are
+    bound to (and copied into) host memory."""
+    device = mlx_device()
+    out_names = [o.name for o in session.get_outputs()]
+    ids = np.array([list(prompt)], np.int64)
+    past = empty_past(cfg)
+    logits: list[np.ndarray] = []
+    tokens: list[int] = []
+    decode_s: list[float] = []
+    prefill_s = 0.0
+    total = ids.shape[1]
+    for step in range(steps):
+        binding = session.io_binding()
+        if step == 0:
+            binding.bind_cpu_input("input_ids", ids)
+            binding.bind_cpu_input("attention_mask", np.ones_like(ids))
+        else:
+            total += 1
+            binding.bind_cpu_input("input_ids", np.array([[tokens[-1]]], np.int64))
+            binding.bind_cpu_input("attention_mask", np.ones((1, total), np.int64))
+        for name, value in past.items():
+            if isinstance(value, np.ndarray):
+                binding.bind_cpu_input(name, value)
+            else:
+                binding.bind_ortvalue_input(name, value)
+        for name in out_names:
+            if name == "logits":
+                binding.bind_output(name, "cpu")
+            else:
+                binding._iobinding.bind_output(name, device)  # noqa: SLF001 - the public form takes no vendor id
+        t0 = time.perf_counter()
+        session.run_with_iobinding(binding)
+        elapsed = time.perf_counter() - t0
+        if step == 0:
+            prefill_s = elapsed
+        else:
+            decode_s.append(elapsed)
+        outs = dict(zip(out_names, binding.get_outputs()))
+        logits.append(outs["logits"].numpy()[0, -1].copy())
+        tokens.append(int(np.argmax(logits[-1])))
+        past = {}
+        for i in range(cfg.layers):
+            past[f"past_key_values.{i}.key"] = outs[f"present.{i}.key"]
+            past[f"past_key_values.{i}.value"] = outs[f"present.{i}.value"]
+    return Generation(tokens, logits, prefill_s, decode_s)
+
+
 def prompt_ids(cfg: LlamaConfig, length: int, seed: int = 1) -> list[int]:
     return [int(t) for t in np.random.default_rng(seed).integers(0, cfg.vocab, length)]
 

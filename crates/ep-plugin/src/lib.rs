@@ -35,6 +35,7 @@
 pub mod abi;
 pub mod api;
 mod compute;
+pub mod device_memory;
 /// Every environment variable of the project, with who reads it and what it does: the one
 /// list `cargo xtask docs` turns into the table of `docs/usage.md`.
 pub mod env_vars;
