@@ -276,6 +276,84 @@ mod tests {
     }
 
     #[test]
+    fn many_sizes_allocated_and_freed_from_other_threads() {
+        crate::init().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel::<(usize, usize, u8)>();
+        let makers: Vec<_> = (0..4u8)
+            .map(|t| {
+                let tx = tx.clone();
+                std::thread::spawn(move || {
+                    for i in 0..200usize {
+                        let size = (i * 37 + t as usize * 11) % 5000;
+                        let p = alloc(size).unwrap();
+                        // SAFETY: `size` writable bytes of a live block.
+                        unsafe { std::ptr::write_bytes(p, t + 1, size) };
+                        tx.send((p as usize, size, t + 1)).unwrap();
+                    }
+                })
+            })
+            .collect();
+        drop(tx);
+        let freer = std::thread::spawn(move || {
+            let mut n = 0;
+            for (p, size, fill) in rx {
+                // SAFETY: the block is live until freed below.
+                let bytes = unsafe { std::slice::from_raw_parts(p as *const u8, size) };
+                assert!(bytes.iter().all(|&b| b == fill), "block {p:#x} was overwritten");
+                assert!(free(p as *mut u8));
+                n += 1;
+            }
+            n
+        });
+        for m in makers {
+            m.join().unwrap();
+        }
+        assert_eq!(freer.join().unwrap(), 800);
+    }
+
+    #[test]
+    fn an_offered_output_becomes_the_next_allocation_of_its_size() {
+        crate::init().unwrap();
+        let array = Array::from_slice(&[1.0f32, 2.0, 3.0], &[3]).unwrap();
+        let out = OutputTensor {
+            dtype: DataType::Float,
+            dims: vec![3],
+            array: array.clone(),
+            packed: None,
+        };
+        let (start, len) = extent(&array).unwrap();
+        // a constant's bytes are never lent
+        assert!(!offer_output(&out, &[(start + 4, 4)]));
+        assert!(offer_output(&out, &[]));
+        let other = alloc(5).unwrap();
+        assert_ne!(other as usize, start, "a different size does not take the offer");
+        let p = alloc(len).unwrap();
+        assert_eq!(p as usize, start);
+        assert_eq!(output_address(&out), Some(p as *const u8));
+        assert!(!withdraw_offer(), "taken");
+        // the same bytes can't be lent twice
+        assert!(!offer_output(&out, &[]));
+        drop(out);
+        drop(array);
+        // the block keeps the buffer alive
+        // SAFETY: 12 bytes of a live block.
+        let v = unsafe { std::slice::from_raw_parts(p as *const f32, 3) };
+        assert_eq!(v, &[1.0, 2.0, 3.0]);
+        assert!(free(p));
+        assert!(free(other));
+        assert!(offer_output(
+            &OutputTensor {
+                dtype: DataType::Float,
+                dims: vec![3],
+                array: Array::from_slice(&[0.0f32; 3], &[3]).unwrap(),
+                packed: None,
+            },
+            &[]
+        ));
+        assert!(withdraw_offer(), "not taken");
+    }
+
+    #[test]
     fn a_bound_input_reads_the_block_in_place() {
         crate::init().unwrap();
         let s = Stream::default_cpu();
