@@ -299,7 +299,10 @@ mod tests {
             for (p, size, fill) in rx {
                 // SAFETY: the block is live until freed below.
                 let bytes = unsafe { std::slice::from_raw_parts(p as *const u8, size) };
-                assert!(bytes.iter().all(|&b| b == fill), "block {p:#x} was overwritten");
+                assert!(
+                    bytes.iter().all(|&b| b == fill),
+                    "block {p:#x} was overwritten"
+                );
                 assert!(free(p as *mut u8));
                 n += 1;
             }
@@ -326,7 +329,10 @@ mod tests {
         assert!(!offer_output(&out, &[(start + 4, 4)]));
         assert!(offer_output(&out, &[]));
         let other = alloc(5).unwrap();
-        assert_ne!(other as usize, start, "a different size does not take the offer");
+        assert_ne!(
+            other as usize, start,
+            "a different size does not take the offer"
+        );
         let p = alloc(len).unwrap();
         assert_eq!(p as usize, start);
         assert_eq!(output_address(&out), Some(p as *const u8));
