@@ -117,8 +117,11 @@ fn place(api: &Api, device: *const OrtMemoryDevice) -> Place {
 }
 
 /// True when `info` describes this EP's memory.
-pub fn is_mlx_memory(api: &Api, info: *const OrtMemoryInfo) -> bool {
-    // SAFETY: a live memory info from ORT.
+///
+/// # Safety
+/// `info` must be null or a live memory info.
+pub unsafe fn is_mlx_memory(api: &Api, info: *const OrtMemoryInfo) -> bool {
+    // SAFETY: a live memory info from ORT (the caller's contract).
     !info.is_null()
         && place(api, unsafe { (api.ep.MemoryInfo_GetMemoryDevice)(info) }) == Place::Mlx
 }

@@ -163,7 +163,8 @@ unsafe extern "system" fn create_allocator(
         unsafe { *allocator = ptr::null_mut() };
         // SAFETY: `this` is our factory.
         let factory = unsafe { Factory::from_ptr(this) };
-        if !device_memory::is_mlx_memory(&factory.api, memory_info) {
+        // SAFETY: ORT's memory info, live during the call (or null).
+        if !unsafe { device_memory::is_mlx_memory(&factory.api, memory_info) } {
             return Err(EpError::invalid_argument(
                 "MLXExecutionProvider allocates only its own memory (the MLX memory info)",
             ));
