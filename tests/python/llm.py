@@ -590,7 +590,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per EP (the fastest counts)")
     parser.add_argument("--threads", type=int, default=0, help="ORT intra-op threads (0: ORT's default)")
     parser.add_argument("--rtol", type=float, default=1e-3, help="logit tolerance relative to the logits' scale")
-    parser.add_argument("--iobinding", action="store_true", help="also decode with the KV cache bound to the MLX EP's memory (IOBinding)")
+    parser.add_argument(
+        "--iobinding",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="also decode with the KV cache bound to the MLX EP's memory (IOBinding); prints 'iobinding: kv_host_bytes_per_step=<n> decode tok/s=<x>'",
+    )
     parser.add_argument("--ep-option", action="append", default=[], metavar="KEY=VALUE", help="an MLX EP option, e.g. device=gpu (repeatable)")
     args = parser.parse_args(argv)
     if not args.bench:
