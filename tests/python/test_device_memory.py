@@ -300,6 +300,41 @@ def test_every_dtype_through_the_data_transfer(onnx_type, np_type):
     assert raw(back) == data.tobytes()
 
 
+#: Element types a run reads in place from MLX memory (viewed as the type, no copy).
+BOUND_TYPES = [(t, n) for t, n in DTYPES if t not in (TensorProto.BFLOAT16, TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E5M2)]
+
+
+@pytest.mark.parametrize("onnx_type,np_type", BOUND_TYPES, ids=[TensorProto.DataType.Name(t) for t, _ in BOUND_TYPES])
+def test_inputs_of_every_dtype_are_read_in_place(onnx_type, np_type):
+    """A value of each element type made in MLX memory feeds a Cast to float (read as a view of
+    its block) and an Identity (an output sharing an input's block: copied, never lent twice)."""
+    info = memory_info()
+    if info is None:
+        pytest.skip("this ORT's Python API has no OrtEpDevice.memory_info / copy_tensors")
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["x"], ["f"], to=TensorProto.FLOAT), helper.make_node("Identity", ["x"], ["i"])],
+        "cast",
+        [helper.make_tensor_value_info("x", onnx_type, [2, 6])],
+        [helper.make_tensor_value_info("f", TensorProto.FLOAT, [2, 6]), helper.make_tensor_value_info("i", onnx_type, [2, 6])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    session = make_session(model)
+    data = np.random.default_rng(onnx_type).integers(0, 2 if np_type is np.bool_ else 100, (2, 6)).astype(np_type)
+    x = ort.OrtValue.ortvalue_from_shape_and_type([2, 6], onnx_type, memory_info=info)
+    ort.copy_tensors([ort.OrtValue.ortvalue_from_numpy_with_onnx_type(data, onnx_type)], [x])
+    binding = session.io_binding()
+    binding.bind_ortvalue_input("x", x)
+    binding._iobinding.bind_output("f", mlx_device())  # noqa: SLF001
+    binding._iobinding.bind_output("i", mlx_device())  # noqa: SLF001
+    session.run_with_iobinding(binding)
+    f, i = binding.get_outputs()
+    np.testing.assert_array_equal(f.numpy(), data.astype(np.float32))
+    assert raw(i) == data.tobytes()
+    assert i.data_ptr() != x.data_ptr()
+    assert_on_mlx(session, ["Cast"])
+
+
 def test_the_data_transfer_refuses_a_size_mismatch():
     info = memory_info()
     if info is None:
