@@ -397,3 +397,33 @@ def test_allocator_stress_many_sizes_freed_on_other_threads():
     assert not errors, errors[:3]
     del session
     gc.collect()
+
+
+def test_a_preallocated_output_in_mlx_memory_is_filled():
+    """An output bound to a value the caller allocated in MLX memory: the run copies its result
+    into that block (ORT allocated nothing at run time to adopt)."""
+    info = memory_info()
+    if info is None:
+        pytest.skip("this ORT's Python API has no OrtEpDevice.memory_info")
+    session = make_session(simple_model())
+    x = np.arange(8, dtype=np.float32)
+    y = ort.OrtValue.ortvalue_from_shape_and_type([8], np.float32, memory_info=info)
+    before = y.data_ptr()
+    binding = session.io_binding()
+    binding.bind_cpu_input("x", x)
+    binding.bind_ortvalue_output("y", y)
+    binding.bind_output("z", "cpu")
+    session.run_with_iobinding(binding)
+    assert y.data_ptr() == before
+    np.testing.assert_array_equal(y.numpy(), x * x)
+    np.testing.assert_array_equal(binding.get_outputs()[1].numpy(), -x * x)
+
+
+def test_a_bound_value_of_the_wrong_shape_is_an_error():
+    session = make_session(mixed_model())
+    wrong = ort.OrtValue.ortvalue_from_numpy(np.ones((3, 4), np.float32))
+    binding = session.io_binding()
+    binding.bind_ortvalue_input("x", wrong)
+    binding._iobinding.bind_output("y", mlx_device())  # noqa: SLF001
+    with pytest.raises(Exception, match="(?i)dimension|shape"):
+        session.run_with_iobinding(binding)
