@@ -14,9 +14,11 @@ import gc
 import json
 import os
 import queue
+import shutil
 import subprocess
 import sys
 import threading
+import xml.etree.ElementTree as ET
 
 import numpy as np
 import onnx
@@ -427,3 +429,69 @@ def test_a_bound_value_of_the_wrong_shape_is_an_error():
     binding._iobinding.bind_output("y", mlx_device())  # noqa: SLF001
     with pytest.raises(Exception, match="(?i)dimension|shape"):
         session.run_with_iobinding(binding)
+
+
+#: A child for valgrind: blocks made on three threads (fresh, and outputs fed back as inputs),
+#: checked and dropped on another, a session released while its outputs live.
+VALGRIND_CHILD = r"""
+import os, sys, gc, threading, queue, numpy as np
+import onnxruntime as ort
+from onnx import helper, TensorProto
+from llm import mlx_device
+ort.register_execution_provider_library("ortmlx", os.environ["ORTMLX_EP_LIBRARY"])
+devs = [d for d in ort.get_ep_devices() if d.ep_name == "MLXExecutionProvider"]
+mi = devs[0].memory_info(ort.OrtDeviceMemoryType.DEFAULT)
+g = helper.make_graph([helper.make_node("Mul", ["x", "x"], ["y"]), helper.make_node("Neg", ["y"], ["z"])], "g",
+    [helper.make_tensor_value_info("x", 1, ["n"])], [helper.make_tensor_value_info("y", 1, ["n"]), helper.make_tensor_value_info("z", 1, ["n"])])
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]); m.ir_version = 8
+so = ort.SessionOptions(); so.add_provider_for_devices(devs, {})
+s = ort.InferenceSession(m.SerializeToString(), sess_options=so)
+q = queue.Queue()
+def make(t):
+    for i in range(15):
+        n = (i * 997 + t * 31) % 3000
+        d = np.full(n, t + i, np.float32)
+        if i % 2:
+            v = ort.OrtValue.ortvalue_from_shape_and_type([n], np.float32, memory_info=mi)
+            ort.copy_tensors([ort.OrtValue.ortvalue_from_numpy(d)], [v]); q.put((v, d))
+        else:
+            b = s.io_binding(); b.bind_cpu_input("x", d); b._iobinding.bind_output("y", mlx_device()); b._iobinding.bind_output("z", mlx_device())
+            s.run_with_iobinding(b); y, z = b.get_outputs()
+            b2 = s.io_binding(); b2.bind_ortvalue_input("x", z); b2._iobinding.bind_output("y", mlx_device()); b2.bind_output("z", "cpu")
+            s.run_with_iobinding(b2); q.put((b2.get_outputs()[0], (d*d)**2))
+bad = []
+def check():
+    while (it := q.get()) is not None:
+        v, want = it
+        if not np.array_equal(v.numpy(), want): bad.append(1)
+ts = [threading.Thread(target=make, args=(t,)) for t in range(3)]
+c = threading.Thread(target=check); c.start()
+[t.start() for t in ts]; [t.join() for t in ts]
+keep = [s.run(None, {"x": np.ones(50, np.float32)})]
+del s; gc.collect()
+q.put(None); c.join()
+assert not bad and np.array_equal(keep[0][1], -np.ones(50, np.float32))
+print("ok")
+"""
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
+@pytest.mark.skipif(os.environ.get("ORTMLX_VALGRIND_CYCLES") == "0", reason="ORTMLX_VALGRIND_CYCLES=0")
+def test_valgrind_finds_no_memory_error_in_device_memory_use(tmp_path):
+    if memory_info() is None:
+        pytest.skip("needs OrtEpDevice.memory_info (ORT >= 1.24)")
+    xml_path = tmp_path / "memcheck.xml"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORTMLX_")}
+    env.update(PYTHONMALLOC="malloc", PYTHONPATH=os.path.dirname(os.path.abspath(__file__)))
+    env[LIBRARY_VAR] = os.path.abspath(os.environ[LIBRARY_VAR])
+    cmd = ["valgrind", "--tool=memcheck", "--num-callers=40", "--xml=yes", f"--xml-file={xml_path}", sys.executable, "-c", VALGRIND_CHILD]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=1500)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), f"{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    library = os.path.basename(os.environ[LIBRARY_VAR])
+    ours = []
+    for error in ET.parse(xml_path).getroot().findall("error"):
+        kind = error.findtext("kind") or "?"
+        frames = [(f.findtext("obj") or "", f.findtext("fn") or "?") for f in error.iter("frame")]
+        if not kind.startswith("Leak_") and any(library in obj for obj, _ in frames):
+            ours.append((kind, [fn for _, fn in frames[:12]]))
+    assert not ours, ours[:3]
