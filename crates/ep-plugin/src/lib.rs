@@ -29,6 +29,10 @@
 //! session's ORT logger at its first run: `MLXExecutionProvider: N of M nodes on MLX; top
 //! reasons: ...`.
 //!
+//! Device memory ([`device_memory`]): each EP device registers the `MLX` memory info, whose
+//! allocator lends ORT MLX buffers; a fused node reads inputs in that memory in place and its
+//! outputs become ORT's allocations there, so a KV cache bound with IOBinding is never copied.
+//!
 //! EP options (session config entries `ep.mlxexecutionprovider.<key>`, see [`options`]):
 //! `device` = `cpu`|`gpu`, `compile` = `on`|`off`|`auto`, `share_initializers` = `on`|`off`.
 
