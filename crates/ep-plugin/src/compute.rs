@@ -52,13 +52,14 @@ struct IoCounts {
     runs: u64,
     /// Inputs read in place from the EP's memory.
     bound_inputs: u64,
-    /// Bytes of inputs copied into MLX.
+    /// Bytes of inputs outside the EP's memory: copied into MLX, or (a cache input the decode
+    /// path carries from the previous step) read once to compare them.
     copied_input_bytes: u64,
     /// Outputs whose MLX buffer became ORT's allocation.
     adopted_outputs: u64,
     /// Bytes of outputs copied into ORT's buffers.
     copied_output_bytes: u64,
-    /// Of the copied bytes, those of KV-cache inputs and outputs.
+    /// Of the bytes above, those of KV-cache inputs and outputs: the cache's host traffic.
     kv_copied_bytes: u64,
 }
 
