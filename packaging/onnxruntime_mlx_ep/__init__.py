@@ -30,7 +30,10 @@ from typing import Mapping
 
 __all__ = [
     "__version__",
+    "MLX_VENDOR_ID",
     "add_to_session_options",
+    "bind_output_to_mlx",
+    "get_mlx_device",
     "get_build",
     "get_ep_devices",
     "get_ep_name",
@@ -238,6 +241,25 @@ def get_ep_devices() -> list:
     register_execution_provider_library()
     name, devices = _registered(ort)
     return devices if name is not None else _mlx_devices(ort)
+
+
+#: The vendor id of the EP's memory device: values on ``OrtDevice(cpu, default memory,
+#: MLX_VENDOR_ID, 0)`` live in MLX's own buffers (see "Device memory and IOBinding" in the docs).
+MLX_VENDOR_ID = 0x4D4C
+
+
+def get_mlx_device():
+    """The EP's memory device as an ``onnxruntime.OrtDevice``."""
+    import onnxruntime as ort
+
+    return ort.OrtDevice.make("cpu", 0, MLX_VENDOR_ID)
+
+
+def bind_output_to_mlx(io_binding, name: str) -> None:
+    """Binds output ``name`` of an ``onnxruntime.IOBinding`` to the EP's memory: ONNX Runtime
+    allocates it there at run time, and the EP makes its MLX result that allocation (no copy).
+    ``IOBinding.bind_output`` takes no vendor id, so this binds the C-level device."""
+    io_binding._iobinding.bind_output(name, get_mlx_device()._get_c_device())  # noqa: SLF001
 
 
 def add_to_session_options(session_options=None, ep_options: Mapping[str, object] | None = None):

@@ -7,7 +7,8 @@ with ``ORTMLX_LEAK_GPU_MEMORY=1``, read with nvidia-smi). Run by
 
 Each cycle makes a session of a small model with a 256 KiB weight (shared through the
 initializer pool while a session holds it, freed when the last one goes), runs it on a
-fresh feed, checks the result, and drops the session.
+fresh feed, checks the result, runs it once more through IOBinding with the output in the
+EP's memory, drops the session and then reads that output.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import numpy as np  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import conftest  # noqa: E402
+from llm import mlx_device  # noqa: E402
 
 
 def model() -> tuple[bytes, np.ndarray, np.ndarray]:
@@ -83,7 +85,18 @@ def main() -> int:
         if not np.allclose(y, want, rtol=1e-4, atol=1e-3):
             print(json.dumps({"error": f"cycle {i}: wrong result {y} vs {want}"}))
             return 1
-        del session
+        # the same through IOBinding with the output in the EP's memory, read after the
+        # session (and its allocator) is gone
+        binding = session.io_binding()
+        binding.bind_cpu_input("x", x)
+        binding._iobinding.bind_output("y", mlx_device())  # noqa: SLF001
+        session.run_with_iobinding(binding)
+        (bound,) = binding.get_outputs()
+        del session, binding
+        if not np.allclose(bound.numpy(), want, rtol=1e-4, atol=1e-3):
+            print(json.dumps({"error": f"cycle {i}: wrong bound result {bound.numpy()} vs {want}"}))
+            return 1
+        del bound
         if (i + 1) % every == 0:
             gc.collect()
             gpu = gpu_bytes()

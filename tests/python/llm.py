@@ -387,6 +387,67 @@ def generate(session, cfg: LlamaConfig, prompt: Sequence[int], steps: int) -> Ge
     return Generation(tokens, logits, prefill_s, decode_s)
 
 
+#: The vendor id of the MLX EP's memory device: values bound to
+#: ``OrtDevice(cpu, default memory, MLX_VENDOR_ID, 0)`` live in MLX's own buffers.
+MLX_VENDOR_ID = 0x4D4C
+
+
+def mlx_device():
+    """The MLX EP's memory device, as the C-level ``OrtDevice`` IOBinding takes."""
+    import onnxruntime as ort
+
+    return ort.OrtDevice.make("cpu", 0, MLX_VENDOR_ID)._get_c_device()
+
+
+def generate_iobinding(session, cfg: LlamaConfig, prompt: Sequence[int], steps: int) -> Generation:
+    """``generate`` through IOBinding: every ``present.*`` is bound to the MLX EP's memory and
+    fed back as the next step's ``past_key_values.*`` without leaving it; only the logits are
+    bound to (and copied into) host memory."""
+    device = mlx_device()
+    out_names = [o.name for o in session.get_outputs()]
+    ids = np.array([list(prompt)], np.int64)
+    past = empty_past(cfg)
+    logits: list[np.ndarray] = []
+    tokens: list[int] = []
+    decode_s: list[float] = []
+    prefill_s = 0.0
+    total = ids.shape[1]
+    for step in range(steps):
+        binding = session.io_binding()
+        if step == 0:
+            binding.bind_cpu_input("input_ids", ids)
+            binding.bind_cpu_input("attention_mask", np.ones_like(ids))
+        else:
+            total += 1
+            binding.bind_cpu_input("input_ids", np.array([[tokens[-1]]], np.int64))
+            binding.bind_cpu_input("attention_mask", np.ones((1, total), np.int64))
+        for name, value in past.items():
+            if isinstance(value, np.ndarray):
+                binding.bind_cpu_input(name, value)
+            else:
+                binding.bind_ortvalue_input(name, value)
+        for name in out_names:
+            if name == "logits":
+                binding.bind_output(name, "cpu")
+            else:
+                binding._iobinding.bind_output(name, device)  # noqa: SLF001 - the public form takes no vendor id
+        t0 = time.perf_counter()
+        session.run_with_iobinding(binding)
+        elapsed = time.perf_counter() - t0
+        if step == 0:
+            prefill_s = elapsed
+        else:
+            decode_s.append(elapsed)
+        outs = dict(zip(out_names, binding.get_outputs()))
+        logits.append(outs["logits"].numpy()[0, -1].copy())
+        tokens.append(int(np.argmax(logits[-1])))
+        past = {}
+        for i in range(cfg.layers):
+            past[f"past_key_values.{i}.key"] = outs[f"present.{i}.key"]
+            past[f"past_key_values.{i}.value"] = outs[f"present.{i}.value"]
+    return Generation(tokens, logits, prefill_s, decode_s)
+
+
 def prompt_ids(cfg: LlamaConfig, length: int, seed: int = 1) -> list[int]:
     return [int(t) for t in np.random.default_rng(seed).integers(0, cfg.vocab, length)]
 
@@ -437,10 +498,42 @@ def _ep_runs(cursor, session_runs: int) -> dict | None:
         "fused_nodes": s["fused_nodes"],
         "host_syncs_per_run": s["host_syncs"] / session_runs,
         "host_reads_per_run": s["host_reads"] / session_runs,
+        "kv_host_bytes_per_run": s.get("kv_copied_bytes", 0) / session_runs,
     }
 
 
-def bench_one(cfg: LlamaConfig, library: str, prefill: int, steps: int, repeats: int, threads: int | None, ep_options=None, cursor=None) -> dict:
+def _bench_iobinding(model, cfg: LlamaConfig, library: str, prompt, steps: int, repeats: int, threads, ep_options, cursor) -> tuple[dict, Generation]:
+    """The MLX EP with its KV cache bound to the EP's memory (``generate_iobinding``) on a
+    session of its own; the KV bytes copied per step come from the EP's trace."""
+    import gc
+
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = threads
+    devices = [d for d in ort.get_ep_devices() if d.ep_name == "MLXExecutionProvider"]
+    options.add_provider_for_devices(devices, dict(ep_options or {}))
+    session = ort.InferenceSession(model.SerializeToString(), sess_options=options)
+    generate_iobinding(session, cfg, prompt[:8], 3)  # warm-up
+    best = None
+    for _ in range(repeats):
+        g = generate_iobinding(session, cfg, prompt, steps)
+        if best is None or g.prefill_s + sum(g.decode_s) < best.prefill_s + sum(best.decode_s):
+            best = g
+    del session
+    gc.collect()
+    decode_time = sum(best.decode_s)
+    stats = {
+        "prefill_tok_s": len(prompt) / best.prefill_s,
+        "decode_tok_s": len(best.decode_s) / decode_time if decode_time else 0.0,
+        "decode_ms_per_token": 1000 * decode_time / max(len(best.decode_s), 1),
+        "ep_runs": _ep_runs(cursor, 3 + repeats * max(steps, 1)),
+    }
+    return stats, best
+
+
+def bench_one(cfg: LlamaConfig, library: str, prefill: int, steps: int, repeats: int, threads: int | None, ep_options=None, cursor=None, iobinding: bool = False) -> dict:
     model = build_llama(cfg)
     cpu, mlx, placement = _sessions(model, library, threads, ep_options)
     prompt = prompt_ids(cfg, prefill)
@@ -477,6 +570,12 @@ def bench_one(cfg: LlamaConfig, library: str, prefill: int, steps: int, repeats:
     result["logits_scale"] = scale
     result["prefill_ratio_mlx_cpu"] = result["mlx"]["prefill_tok_s"] / result["cpu"]["prefill_tok_s"]
     result["decode_ratio_mlx_cpu"] = result["mlx"]["decode_tok_s"] / result["cpu"]["decode_tok_s"]
+    if iobinding:
+        stats, g = _bench_iobinding(model, cfg, library, prompt, steps, repeats, threads, ep_options, cursor)
+        stats["tokens_identical"] = g.tokens == a.tokens
+        diffs = [float(np.max(np.abs(x - y))) for x, y in zip(a.logits, g.logits)]
+        stats["logits_max_abs_diff"] = max(diffs) if diffs else 0.0
+        result["iobinding"] = stats
     return result
 
 
@@ -491,6 +590,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per EP (the fastest counts)")
     parser.add_argument("--threads", type=int, default=0, help="ORT intra-op threads (0: ORT's default)")
     parser.add_argument("--rtol", type=float, default=1e-3, help="logit tolerance relative to the logits' scale")
+    parser.add_argument(
+        "--iobinding",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="also decode with the KV cache bound to the MLX EP's memory (IOBinding); prints 'iobinding: kv_host_bytes_per_step=<n> decode tok/s=<x>'",
+    )
     parser.add_argument("--ep-option", action="append", default=[], metavar="KEY=VALUE", help="an MLX EP option, e.g. device=gpu (repeatable)")
     args = parser.parse_args(argv)
     if not args.bench:
@@ -512,13 +617,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = known[name.strip()]
         t0 = time.perf_counter()
         ep_options = dict(o.split("=", 1) for o in args.ep_option)
-        r = bench_one(cfg, args.library, args.prefill, args.steps, args.repeats, args.threads or None, ep_options, cursor)
+        r = bench_one(cfg, args.library, args.prefill, args.steps, args.repeats, args.threads or None, ep_options, cursor, args.iobinding)
         r["ep_options"] = ep_options
         r["bench_s"] = time.perf_counter() - t0
         results.append(r)
         tol = args.rtol * r["logits_scale"]
         r["logits_within_tolerance"] = r["logits_max_abs_diff"] <= tol
         ok &= r["tokens_identical"] and r["logits_within_tolerance"]
+        if "iobinding" in r:
+            ok &= r["iobinding"]["tokens_identical"] and r["iobinding"]["logits_max_abs_diff"] <= tol
         print(header if len(results) == 1 else "", end="\n" if len(results) == 1 else "")
         for ep in ("cpu", "mlx"):
             m = r[ep]
@@ -533,7 +640,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         if ep_runs:
             print(
                 f"{'':<14}mlx EP runs: paths {ep_runs['paths']}, {ep_runs['fused_nodes']} fused node(s), "
-                f"host syncs {ep_runs['host_syncs_per_run']:.2f}/run, host reads {ep_runs['host_reads_per_run']:.2f}/run",
+                f"host syncs {ep_runs['host_syncs_per_run']:.2f}/run, host reads {ep_runs['host_reads_per_run']:.2f}/run, "
+                f"KV bytes copied {ep_runs['kv_host_bytes_per_run']:.0f}/run",
+                flush=True,
+            )
+        io = r.get("iobinding")
+        if io:
+            kv = io["ep_runs"]["kv_host_bytes_per_run"] if io.get("ep_runs") else float("nan")
+            print(
+                f"{cfg.name:<14}iobinding: kv_host_bytes_per_step={kv:.0f} decode tok/s={io['decode_tok_s']:.1f} "
+                f"(tokens identical: {io['tokens_identical']})",
                 flush=True,
             )
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

@@ -15,6 +15,11 @@ import json
 import os
 
 
+#: The per-run byte counters of a ``compute`` event: bytes copied into MLX and out to ORT, and of
+#: those the KV cache's.
+COPY_COUNTERS = ("copied_input_bytes", "copied_output_bytes", "kv_copied_bytes")
+
+
 @dataclasses.dataclass
 class NodeRuns:
     """The runs of one fused node."""
@@ -26,6 +31,8 @@ class NodeRuns:
     max_host_syncs: int = 0
     #: Per run, in order: (path, host_syncs, host_reads).
     per_run: list = dataclasses.field(default_factory=list)
+    #: Sums of the copy counters (``COPY_COUNTERS``) over the runs.
+    bytes: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
     def as_dict(self) -> dict:
         return {
@@ -59,6 +66,8 @@ def node_runs(trace: dict) -> dict[str, NodeRuns]:
         n.host_reads += int(args["host_reads"])
         n.max_host_syncs = max(n.max_host_syncs, int(args["host_syncs"]))
         n.per_run.append((args["path"], int(args["host_syncs"]), int(args["host_reads"])))
+        for key in COPY_COUNTERS:
+            n.bytes[key] += int(args.get(key, 0))
     return out
 
 
@@ -80,6 +89,8 @@ def summary(trace: dict) -> dict:
         "paths": dict(paths),
         "host_syncs": sum(n.host_syncs for n in nodes.values()),
         "host_reads": sum(n.host_reads for n in nodes.values()),
+        # bytes the runs copied between ORT's buffers and MLX (see docs/usage.md, "Device memory")
+        **{key: sum(n.bytes.get(key, 0) for n in nodes.values()) for key in COPY_COUNTERS},
         "nodes": {name: n.as_dict() for name, n in nodes.items()},
     }
 

@@ -6,7 +6,9 @@
 //! `target/bench/llm.json`. The last line is `llm: decode mlx/cpu=<ratio>` (larger float32
 //! model). The EP traces to `target/bench/llm-trace.json` (`ORTMLX_TRACE`, unless set), from
 //! which each model's line adds the EP's run counters: paths taken (compiled decode / prefill /
-//! general, eager) and host synchronisations and reads per run.
+//! general, eager) and host synchronisations and reads per run. Each model is also decoded
+//! through IOBinding with its KV cache bound to the EP's memory, which prints
+//! `iobinding: kv_host_bytes_per_step=<n> decode tok/s=<x>` (`-- --no-iobinding` skips it).
 
 use std::process::Command;
 
@@ -41,6 +43,7 @@ pub fn run(args: &[String]) -> Result<()> {
             .arg("--bench")
             .arg("--out")
             .arg(&out)
+            .arg("--iobinding")
             .args(args)
             .current_dir(&root)
             .env(EP_LIBRARY_VAR, &lib)

@@ -79,6 +79,40 @@ pub struct ComputeInfo {
     output_dtypes: Vec<Option<DataType>>,
     /// Labels of its profile events.
     labels: RunLabels,
+    /// Per plan input / output: whether it is half of a KV-cache pair (for the counters).
+    cache_inputs: Vec<bool>,
+    cache_outputs: Vec<bool>,
+    /// How the runs so far moved their inputs and outputs.
+    io: std::sync::Mutex<IoCounts>,
+}
+
+/// How runs moved their inputs and outputs: bound in place (in the EP's device memory) or
+/// copied.
+#[derive(Debug, Clone, Copy, Default)]
+struct IoCounts {
+    runs: u64,
+    /// Inputs read in place from the EP's memory.
+    bound_inputs: u64,
+    /// Bytes of inputs outside the EP's memory: copied into MLX, or (a cache input the decode
+    /// path carries from the previous step) read once to compare them.
+    copied_input_bytes: u64,
+    /// Outputs whose MLX buffer became ORT's allocation.
+    adopted_outputs: u64,
+    /// Bytes of outputs copied into ORT's buffers.
+    copied_output_bytes: u64,
+    /// Of the bytes above, those of KV-cache inputs and outputs: the cache's host traffic.
+    kv_copied_bytes: u64,
+}
+
+impl IoCounts {
+    fn add(&mut self, run: &IoCounts) {
+        self.runs += 1;
+        self.bound_inputs += run.bound_inputs;
+        self.copied_input_bytes += run.copied_input_bytes;
+        self.adopted_outputs += run.adopted_outputs;
+        self.copied_output_bytes += run.copied_output_bytes;
+        self.kv_copied_bytes += run.kv_copied_bytes;
+    }
 }
 
 impl ComputeInfo {
@@ -92,7 +126,20 @@ impl ComputeInfo {
         output_dtypes: Vec<Option<DataType>>,
         labels: RunLabels,
     ) -> Box<Self> {
+        let mut cache_inputs = vec![false; input_map.len()];
+        let mut cache_outputs = vec![false; output_dtypes.len()];
+        for (i, o) in exe.cache_pairs() {
+            if let Some(c) = cache_inputs.get_mut(i) {
+                *c = true;
+            }
+            if let Some(c) = cache_outputs.get_mut(o) {
+                *c = true;
+            }
+        }
         Box::new(ComputeInfo {
+            cache_inputs,
+            cache_outputs,
+            io: std::sync::Mutex::new(IoCounts::default()),
             base: OrtNodeComputeInfo {
                 ort_version_supported: ORT_ABI_VERSION,
                 CreateState: create_state,
@@ -196,6 +243,17 @@ impl ComputeInfo {
             })
             .collect();
 
+        let mut io = IoCounts::default();
+        for (j, t) in inputs.iter().enumerate() {
+            if runtime::device_memory::can_bind(t) {
+                io.bound_inputs += 1;
+            } else {
+                io.copied_input_bytes += t.data.len() as u64;
+                if self.cache_inputs.get(j).copied().unwrap_or(false) {
+                    io.kv_copied_bytes += t.data.len() as u64;
+                }
+            }
+        }
         let key = GENERATION_KEY.with(|k| k.borrow().clone());
         let run = RunContext {
             generation_key: key.as_deref(),
@@ -214,6 +272,7 @@ impl ComputeInfo {
                 message: e.to_string(),
             })?;
         let ran = started.elapsed();
+        let mut span_io = None;
         if let Some(before) = before
             && let Some(last) = self.exe.run_stats().last
         {
@@ -223,6 +282,7 @@ impl ComputeInfo {
                 span.arg("cache", cache);
                 span.arg("host_syncs", last.host_syncs as usize);
                 span.arg("host_reads", last.host_reads as usize);
+                span_io = Some(span);
             }
             if profiling {
                 self.labels.profiles.record(EpEvent {
@@ -262,13 +322,19 @@ impl ComputeInfo {
                 )));
             }
             let mut ov: *mut OrtValue = ptr::null_mut();
-            api.check(
+            // When ORT allocates this output in the EP's memory, the allocation is the output's
+            // own MLX buffer (see `runtime::device_memory`): offered here, taken by the
+            // allocator during GetOutput, withdrawn after it either way.
+            let offered = self.exe.offer_output(out);
+            let status =
                 // SAFETY: live context; ORT allocates the output with these dims.
                 unsafe {
                     (o.KernelContext_GetOutput)(ctx, k, out.dims.as_ptr(), out.dims.len(), &mut ov)
-                },
-                "KernelContext_GetOutput",
-            )?;
+                };
+            if offered {
+                runtime::device_memory::withdraw_offer();
+            }
+            api.check(status, "KernelContext_GetOutput")?;
             if ov.is_null() {
                 return Err(EpError::new(format!("ORT gave no buffer for output #{k}")));
             }
@@ -303,9 +369,27 @@ impl ComputeInfo {
                 if dst.is_null() {
                     return Err(EpError::new(format!("output #{k} has no buffer")));
                 }
-                // SAFETY: `size` bytes at `dst` (checked), source has the same length.
-                unsafe { ptr::copy_nonoverlapping(bytes.as_ptr(), dst as *mut u8, size) };
+                if runtime::device_memory::output_address(out) == Some(dst as *const u8) {
+                    io.adopted_outputs += 1;
+                } else {
+                    // SAFETY: `size` bytes at `dst` (checked), source has the same length.
+                    unsafe { ptr::copy_nonoverlapping(bytes.as_ptr(), dst as *mut u8, size) };
+                    io.copied_output_bytes += size as u64;
+                    if self.cache_outputs.get(k).copied().unwrap_or(false) {
+                        io.kv_copied_bytes += size as u64;
+                    }
+                }
             }
+        }
+        if let Some(span) = span_io {
+            span.arg("bound_inputs", io.bound_inputs as usize);
+            span.arg("copied_input_bytes", io.copied_input_bytes as usize);
+            span.arg("adopted_outputs", io.adopted_outputs as usize);
+            span.arg("copied_output_bytes", io.copied_output_bytes as usize);
+            span.arg("kv_copied_bytes", io.kv_copied_bytes as usize);
+        }
+        if let Ok(mut total) = self.io.lock() {
+            total.add(&io);
         }
         Ok(())
     }
@@ -320,6 +404,18 @@ impl Drop for ComputeInfo {
             return;
         }
         let c = self.exe.cache_stats();
+        let io = self.io.lock().map(|g| *g).unwrap_or_default();
+        log::info!(
+            "{}: I/O over {} run(s): {} input(s) bound in MLX memory, {} output(s) adopted, \
+             {} input byte(s) and {} output byte(s) copied ({} of the KV cache)",
+            self.name,
+            io.runs,
+            io.bound_inputs,
+            io.adopted_outputs,
+            io.copied_input_bytes,
+            io.copied_output_bytes,
+            io.kv_copied_bytes
+        );
         log::info!(
             "{}: {}; compiled: {} compile(s), {} hit(s), {} eager fallback(s)",
             self.name,
@@ -339,6 +435,11 @@ impl Drop for ComputeInfo {
                 ("host_syncs", runs.host_syncs),
                 ("host_reads", runs.host_reads),
                 ("eager_fallbacks", c.eager_fallbacks),
+                ("bound_inputs", io.bound_inputs),
+                ("adopted_outputs", io.adopted_outputs),
+                ("copied_input_bytes", io.copied_input_bytes),
+                ("copied_output_bytes", io.copied_output_bytes),
+                ("kv_copied_bytes", io.kv_copied_bytes),
             ] {
                 span.arg(key, usize::try_from(value).unwrap_or(usize::MAX));
             }
@@ -350,7 +451,10 @@ impl Drop for ComputeInfo {
 ///
 /// # Safety
 /// `v` must be a live tensor value.
-unsafe fn value_type(api: &Api, v: *const OrtValue) -> Result<(DataType, Vec<i64>), EpError> {
+pub(crate) unsafe fn value_type(
+    api: &Api,
+    v: *const OrtValue,
+) -> Result<(DataType, Vec<i64>), EpError> {
     let o = api.ort;
     let mut info: *mut OrtTensorTypeAndShapeInfo = ptr::null_mut();
     // SAFETY: live value; `info` released below.

@@ -113,6 +113,14 @@ pub const ENV_VARS: &[EnvVar] = &[
                   to the next (see \"LLM decoding\")",
     },
     EnvVar {
+        name: "ORTMLX_DEVICE_MEMORY",
+        scope: EnvScope::Library,
+        read_by: "ortmlx-ep",
+        meaning: "`0`: declare no MLX device memory (no allocator, no data transfer): every \
+                  value lives in ORT's CPU memory and each run copies its inputs in and its \
+                  outputs out (see \"Device memory and IOBinding\")",
+    },
+    EnvVar {
         name: "ORTMLX_CPU_QUANTIZED_MATMUL",
         scope: EnvScope::Library,
         read_by: "ortmlx-runtime",

@@ -4,13 +4,14 @@ use std::ffi::{CStr, c_char};
 use std::ptr;
 
 use ort_sys::{
-    OrtEpDevice, OrtHardwareDevice, OrtHardwareDeviceType, OrtKeyValuePairs, OrtLogger,
-    OrtSessionOptions,
+    OrtAllocator, OrtEpDevice, OrtHardwareDevice, OrtHardwareDeviceType, OrtKeyValuePairs,
+    OrtLogger, OrtMemoryInfo, OrtSessionOptions,
 };
 use runtime::DeviceKind;
 
 use crate::abi::{ORT_ABI_VERSION, OrtDataTransferImpl, OrtEp, OrtEpFactory, StatusPtr};
 use crate::api::{Api, cstr_lossy, to_cstring};
+use crate::device_memory::{self, MlxAllocator, MlxDataTransfer};
 use crate::ep::Ep;
 use crate::error::{EpError, guard, guard_value};
 use crate::options::{EP_NAME, EpOptions};
@@ -30,11 +31,33 @@ pub struct Factory {
     base: OrtEpFactory,
     api: Api,
     registered_name: String,
+    /// The memory info registered on each EP device (null when device memory is off); it must
+    /// outlive the devices, so it is released with the factory.
+    memory_info: *mut OrtMemoryInfo,
+}
+
+impl Drop for Factory {
+    fn drop(&mut self) {
+        if !self.memory_info.is_null() {
+            // SAFETY: created in `Factory::new`, released once.
+            unsafe { (self.api.ort.ReleaseMemoryInfo)(self.memory_info) };
+        }
+    }
 }
 
 impl Factory {
     /// A factory bound to the negotiated API.
     pub fn new(api: Api, registered_name: String) -> Box<Self> {
+        let memory_info = if device_memory::enabled() {
+            device_memory::create_memory_info(&api).unwrap_or_else(|e| {
+                log::warn!("no device memory: {e}");
+                ptr::null_mut()
+            })
+        } else {
+            log::info!("device memory off ({})", device_memory::DEVICE_MEMORY_VAR);
+            ptr::null_mut()
+        };
+        let has_memory = !memory_info.is_null();
         Box::new(Factory {
             base: OrtEpFactory {
                 ort_version_supported: ORT_ABI_VERSION,
@@ -46,14 +69,15 @@ impl Factory {
                 GetVendorId: get_vendor_id,
                 GetVersion: get_version,
                 ValidateCompiledModelCompatibilityInfo: Some(validate_compiled_model),
-                CreateAllocator: None,
-                ReleaseAllocator: None,
+                CreateAllocator: has_memory.then_some(create_allocator),
+                ReleaseAllocator: has_memory.then_some(release_allocator),
                 CreateDataTransfer: create_data_transfer,
                 IsStreamAware: Some(is_stream_aware),
                 CreateSyncStreamForDevice: None,
             },
             api,
             registered_name,
+            memory_info,
         })
     }
 
@@ -100,15 +124,27 @@ unsafe extern "system" fn is_stream_aware(_this: *const OrtEpFactory) -> bool {
 }
 
 unsafe extern "system" fn create_data_transfer(
-    _this: *mut OrtEpFactory,
+    this: *mut OrtEpFactory,
     data_transfer: *mut *mut OrtDataTransferImpl,
 ) -> StatusPtr {
     guard("CreateDataTransfer", || {
-        // Inputs and outputs live in CPU memory: ORT needs no copies from this EP.
-        if !data_transfer.is_null() {
-            // SAFETY: ORT's out-pointer.
-            unsafe { *data_transfer = ptr::null_mut() };
+        if data_transfer.is_null() {
+            return Err(EpError::invalid_argument("null data transfer out-pointer"));
         }
+        // SAFETY: `this` is our factory.
+        let factory = unsafe { Factory::from_ptr(this) };
+        log::debug!(
+            "CreateDataTransfer (device memory {})",
+            !factory.memory_info.is_null()
+        );
+        // Without device memory every value is in ORT's CPU memory: nothing to copy.
+        let transfer = if factory.memory_info.is_null() {
+            ptr::null_mut()
+        } else {
+            MlxDataTransfer::create(factory.api)
+        };
+        // SAFETY: ORT's out-pointer; ORT releases the instance through its Release.
+        unsafe { *data_transfer = transfer };
         Ok(())
     })
 }
@@ -145,6 +181,45 @@ unsafe extern "system" fn validate_compiled_model(
         // SAFETY: ORT's out-pointer, checked above.
         unsafe { *out = verdict };
         Ok(())
+    })
+}
+
+unsafe extern "system" fn create_allocator(
+    this: *mut OrtEpFactory,
+    memory_info: *const OrtMemoryInfo,
+    _allocator_options: *const OrtKeyValuePairs,
+    allocator: *mut *mut OrtAllocator,
+) -> StatusPtr {
+    guard("CreateAllocator", || {
+        if allocator.is_null() {
+            return Err(EpError::invalid_argument("null allocator out-pointer"));
+        }
+        // SAFETY: ORT's out-pointer.
+        unsafe { *allocator = ptr::null_mut() };
+        // SAFETY: `this` is our factory.
+        let factory = unsafe { Factory::from_ptr(this) };
+        // SAFETY: ORT's memory info, live during the call (or null).
+        if !unsafe { device_memory::is_mlx_memory(&factory.api, memory_info) } {
+            return Err(EpError::invalid_argument(
+                "MLXExecutionProvider allocates only its own memory (the MLX memory info)",
+            ));
+        }
+        let a = MlxAllocator::create(factory.api)?;
+        // SAFETY: ORT's out-pointer; ORT hands the allocator back through ReleaseAllocator.
+        unsafe { *allocator = a };
+        Ok(())
+    })
+}
+
+unsafe extern "system" fn release_allocator(
+    _this: *mut OrtEpFactory,
+    allocator: *mut OrtAllocator,
+) {
+    guard_value("ReleaseAllocator", (), || {
+        if !allocator.is_null() {
+            // SAFETY: made by create_allocator, released once by ORT.
+            unsafe { MlxAllocator::release(allocator) };
+        }
     })
 }
 
@@ -238,6 +313,16 @@ unsafe extern "system" fn get_supported_devices(
             if let Err(e) = api.check(ort_sys::OrtStatusPtr(st), "CreateEpDevice") {
                 result = Err(e);
                 break;
+            }
+            if !factory.memory_info.is_null() {
+                // SAFETY: the device was just made; the memory info outlives it (factory-owned).
+                let st = unsafe { (api.ep.EpDevice_AddAllocatorInfo)(out, factory.memory_info) };
+                if let Err(e) = api.check(ort_sys::OrtStatusPtr(st), "EpDevice_AddAllocatorInfo") {
+                    // SAFETY: ours, not handed to ORT yet.
+                    unsafe { (api.ep.ReleaseEpDevice)(out) };
+                    result = Err(e);
+                    break;
+                }
             }
             // SAFETY: ORT's array has `max_ep_devices` slots; ORT owns what we put there.
             unsafe { *ep_devices.add(n) = out };

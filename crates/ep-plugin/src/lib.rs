@@ -34,6 +34,10 @@
 //! session's ORT logger at its first run: `MLXExecutionProvider: N of M nodes on MLX; top
 //! reasons: ...`.
 //!
+//! Device memory ([`device_memory`]): each EP device registers the `MLX` memory info, whose
+//! allocator lends ORT MLX buffers; a fused node reads inputs in that memory in place and its
+//! outputs become ORT's allocations there, so a KV cache bound with IOBinding is never copied.
+//!
 //! EP options (session config entries `ep.mlxexecutionprovider.<key>`, see [`options`]):
 //! `device` = `cpu`|`gpu`, `compile` = `on`|`off`|`auto`, `share_initializers` = `on`|`off`.
 
@@ -41,6 +45,7 @@ pub mod abi;
 pub mod api;
 mod compute;
 pub mod context;
+pub mod device_memory;
 /// Every environment variable of the project, with who reads it and what it does: the one
 /// list `cargo xtask docs` turns into the table of `docs/usage.md`.
 pub mod env_vars;

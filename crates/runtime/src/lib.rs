@@ -8,6 +8,7 @@
 mod compiled;
 mod contrib;
 mod decode;
+pub mod device_memory;
 mod dtype;
 mod empty_reduce;
 mod guard;
@@ -392,6 +393,9 @@ pub struct Executable {
     lane: &'static lanes::Lane,
     gate: RunGate,
     state: Mutex<RunState>,
+    /// (start, length) of each constant's bytes: outputs sharing them are never lent to ORT
+    /// as device memory (see `device_memory`).
+    constant_extents: Vec<(usize, usize)>,
 }
 
 fn constant_array(t: &TensorData) -> Result<FrozenArray, RuntimeError> {
@@ -501,7 +505,17 @@ impl Executable {
             let outputs: Vec<&str> = plan.output_names.iter().map(String::as_str).collect();
             decode::DecodeState::new(inputs.len(), decode::cache_pairs(&inputs, &outputs))
         };
+        let constant_extents = program
+            .constants
+            .iter()
+            .filter_map(|(_, c)| {
+                let a = c.get();
+                let b = a.as_bytes().ok()?;
+                Some((b.as_ptr() as usize, b.len()))
+            })
+            .collect();
         Ok(Executable {
+            constant_extents,
             program: Arc::new(program),
             device,
             lane: lanes::assign(),
@@ -515,6 +529,21 @@ impl Executable {
                 runs: RunStats::default(),
             }),
         })
+    }
+
+    /// Offers `output` (of this executable's latest run) to the next device-memory allocation
+    /// on this thread, unless it shares bytes with a constant or a lent block (see
+    /// [`device_memory::offer_output`]).
+    pub fn offer_output(&self, output: &OutputTensor) -> bool {
+        device_memory::offer_output(output, &self.constant_extents)
+    }
+
+    /// `(input index, output index)` of each KV-cache pair (`past…` fed by `present…`).
+    pub fn cache_pairs(&self) -> Vec<(usize, usize)> {
+        let plan = &self.program.plan;
+        let inputs: Vec<&str> = plan.inputs.iter().map(|i| i.name.as_str()).collect();
+        let outputs: Vec<&str> = plan.output_names.iter().map(String::as_str).collect();
+        decode::cache_pairs(&inputs, &outputs)
     }
 
     /// The plan this executable runs.
@@ -610,7 +639,11 @@ impl Executable {
                 Some(a) => a,
                 None => {
                     let shape = dims_i32(tensor.dims)?;
-                    packed::array_from_bytes(tensor.data, &shape, tensor.dtype)?
+                    // an input in the EP's device memory is a view of its block (no copy)
+                    match device_memory::bind_input(tensor, &shape, lane.stream(self.device))? {
+                        Some(a) => a,
+                        None => packed::array_from_bytes(tensor.data, &shape, tensor.dtype)?,
+                    }
                 }
             });
         }
