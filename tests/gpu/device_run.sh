@@ -8,6 +8,8 @@
 #   bash tests/gpu/device_run.sh bench        the GPU benchmarks
 #   bash tests/gpu/device_run.sh perf         `bench overhead --device gpu` (EP vs raw MLX, per run and
 #                                             per node) and the GQA decoders of `bench llm` on the GPU
+#   bash tests/gpu/device_run.sh memory       the device-memory suite on the GPU stream, then the GQA
+#                                             decoders with and without IOBinding
 #   bash tests/gpu/device_run.sh compiled     the LLM, model and contrib suites on the GPU stream with
 #                                             compiling on (the GPU default: decode closures)
 # The first call on a machine (any phase) assembles the CUDA build of MLX from the staged parts.
@@ -88,6 +90,18 @@ bench)
   timeout 500 python3 tests/gpu/bench_gpu.py "$out/gpu_bench.json" "${ORTMLX_GPU_BENCH:-encoder,llama-tiny,llama-large}" 2> "$out/bench.err"
   echo "bench exit $?"
   tail -n 5 "$out/bench.err"
+  ;;
+memory)
+  echo "== device memory (allocator, data transfer, IOBinding) on the GPU stream"
+  ORTMLX_TEST_DEVICE=gpu timeout 200 $py -rf tests/python/test_device_memory.py -k "${ORTMLX_MEMORY_TESTS:-decode or dtype or stress or outlive}" \
+    > "$out/memory.log" 2> "$out/memory.err"
+  echo "pytest exit $?"
+  tail -n 6 "$out/memory.log"
+  echo "== GQA decoders on the GPU, plain runs and IOBinding"
+  ORTMLX_TRACE=/tmp/ortmlx-llm-trace.json timeout 330 python3 tests/python/llm.py --bench --ep-option device=gpu \
+    --models "${ORTMLX_LLM_MODELS:-tiny,larger}" --repeats 2 --steps 48 --out "$out/llm_gpu.json" 2> "$out/llm.err" | tee "$out/llm.txt"
+  echo "llm exit ${PIPESTATUS[0]}"
+  tail -n 3 "$out/llm.err"
   ;;
 compiled)
   echo "== LLM, model and contrib suites on the GPU stream, compile on (ORT $(python3 -c 'import onnxruntime; print(onnxruntime.__version__)'))"
