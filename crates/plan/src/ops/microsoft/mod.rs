@@ -9,7 +9,9 @@ use crate::registry::ClaimCtx;
 use crate::step::{ReshapeTarget, ShapeSource, SliceSpec};
 
 pub mod attention;
+pub mod bert;
 pub mod gelu;
+pub mod matmul;
 pub mod norm;
 pub mod quant;
 pub mod rotary;
@@ -23,6 +25,8 @@ pub fn register(r: &mut Registry) {
     gelu::register(r);
     rotary::register(r);
     attention::register(r);
+    bert::register(r);
+    matmul::register(r);
     quant::register(r);
 }
 
