@@ -101,8 +101,8 @@ def attention_case(
         inputs.pop()
     if symbolic:
         sym["x"] = ["batch", "seq", hidden]
-        if mask is not None and np.ndim(mask) == 1 and len(mask) == batch:
-            sym["mask"] = ["batch"]
+        if mask is not None and np.ndim(mask) == 1:
+            sym["mask"] = ["batch" if symbolic != "other" else "mask_len"]
         elif mask is not None and np.ndim(mask) == 2:
             sym["mask"] = ["batch", "total"]
     outs = ["y", "present"] if present else ["y"]
@@ -131,6 +131,8 @@ ATTENTION_CASES = {
     "past-causal-end": {"past": 2, "present": True, "unidirectional": 1, "mask": [6, 4]},
     "present-only": {"present": True, "unidirectional": 1},
     "symbolic-end": {"symbolic": True, "mask": [3, 4]},
+    "symbolic-end-unknown": {"symbolic": "other", "mask": [3, 4]},
+    "symbolic-end-start-unknown": {"symbolic": "other", "mask": [3, 4, 1, 0], "unidirectional": 1},
     "symbolic-2d": {"symbolic": True, "mask": [[1, 1, 1, 0], [1, 0, 1, 1]], "unidirectional": 1},
     "one-token": {"seq": 1, "past": 5, "present": True, "unidirectional": 1},
 }
@@ -159,6 +161,16 @@ def test_attention_without_bias(mask):
 def test_attention_past_with_attention_bias_stays_on_cpu():
     model, _ = attention_case(past=2, present=True, attn_bias=True)
     assert_on_cpu(make_session(model, mlx=True), ["Attention"])  # ORT refuses the pair
+
+
+def test_attention_bad_mask_length_fails():
+    model, feeds = attention_case(symbolic="other", mask=[3, 4, 1])
+    with pytest.raises(Exception):
+        run(make_session(model, mlx=False), feeds)
+    session = make_session(model, mlx=True)
+    assert_on_mlx(session, ["Attention"])
+    with pytest.raises(Exception, match="B or 2B"):
+        run(session, feeds)
 
 
 def test_attention_declines_4d_mask():

@@ -18,7 +18,7 @@ use crate::step::{BinaryOp as B, ReshapeTarget, ShapeSource};
 #[rustfmt::skip]
 pub fn register(r: &mut Registry) {
     r.op(MS, "Attention", 1, 1, claim_attention, lower_attention)
-        .notes("`mask_index` 1-D end (`[B]`) or end/start (`[2B]`) positions, 2-D `[B, T]` and 3-D `[B, S, T]` raw masks; past/present, `unidirectional`, `qkv_hidden_sizes`, `attention_bias`, `scale`, `mask_filter_value`; no 4-D mask, `do_rotary` or shared past/present buffer (as ORT's CPU kernel)");
+        .notes("`mask_index` 1-D end (`[B]`) or end/start (`[2B]`) positions (told apart at run time when the shapes don't say), 2-D `[B, T]` and 3-D `[B, S, T]` raw masks; past/present, `unidirectional`, `qkv_hidden_sizes`, `attention_bias`, `scale`, `mask_filter_value`; no 4-D mask, `do_rotary` or shared past/present buffer (as ORT's CPU kernel)");
     r.op(MS, "EmbedLayerNormalization", 1, 1, claim_embed, lower_embed)
         .notes("optional segment, mask and `position_ids` (`[B, S]` or `[1, S]`); `mask_index` counts the ones of the mask; ids out of range fail the run, as in ORT");
 }
@@ -40,6 +40,8 @@ enum MaskForm {
     End,
     /// `[2B]`: end positions, then start positions.
     EndStart,
+    /// `[B]` or `[2B]`, known only at run time.
+    EndMaybeStart,
     /// `[B, T]`: 0 masks a key.
     Raw2,
     /// `[B, S, T]`: 0 masks a key for one query.
@@ -119,7 +121,7 @@ fn mask_form(mask: &[Dim], input: Option<&[Dim]>) -> Result<MaskForm, String> {
                     return Ok(MaskForm::EndStart);
                 }
             }
-            Err("Attention: a 1-D mask_index must be known to have B or 2B elements".into())
+            Ok(MaskForm::EndMaybeStart)
         }
         2 => Ok(MaskForm::Raw2),
         3 => Ok(MaskForm::Raw3),
@@ -232,15 +234,53 @@ fn additive(ctx: &mut LowerCtx, keep: Slot, masked: f64, dt: DataType) -> Result
     Ok(out)
 }
 
-/// The keep-mask of `mask_index` in `form`, broadcastable to `[B, 1, S, T]` (`kh` is
-/// `[B, N, T, H]`).
-fn mask_keep(ctx: &mut LowerCtx, mask: Slot, form: MaskForm, kh: Slot) -> Result<Slot, PlanError> {
+/// The keep-mask of `mask_index` in `form`, broadcastable to `[B, 1, S, T]` (`x` is the
+/// `[B, S, _]` input, `kh` is `[B, N, T, H]`).
+fn mask_keep(
+    ctx: &mut LowerCtx,
+    mask: Slot,
+    form: MaskForm,
+    x: Slot,
+    kh: Slot,
+) -> Result<Slot, PlanError> {
     let i32_ = DataType::Int32;
+    let i64_ = DataType::Int64;
     let keep = match form {
-        MaskForm::End | MaskForm::EndStart => {
-            let m = ctx.cast(mask, i32_, DataType::Int64);
+        MaskForm::End | MaskForm::EndStart | MaskForm::EndMaybeStart => {
+            let m = ctx.cast(mask, i32_, i64_);
             let (end, start) = if form == MaskForm::End {
                 (m, None)
+            } else if form == MaskForm::EndMaybeStart {
+                // Ends are the first B values; starts the next B of `[mask, 0 * mask]`, which
+                // are zeros when the mask has only B values.
+                let b = iota(ctx, x, 0);
+                let end = ctx.temp(i64_);
+                ctx.push(Step::Take {
+                    x: m,
+                    indices: b,
+                    axis: 0,
+                    out: end,
+                });
+                let zero = ctx.scalar(i64_, 0.0)?;
+                let zeros = ctx.binary(B::Multiply, m, zero, i64_);
+                let padded = concat(ctx, vec![m, zeros], 0, i64_);
+                let nb = dim_of(ctx, x, 0);
+                let len = dim_of(ctx, m, 0);
+                let two = ctx.scalar(i64_, 2.0)?;
+                let nb2 = ctx.binary(B::Multiply, nb, two, i64_);
+                let is_b = ctx.binary(B::Equal, len, nb, i64_);
+                let is_2b = ctx.binary(B::Equal, len, nb2, i64_);
+                let ok = ctx.binary(B::LogicalOr, is_b, is_2b, DataType::Bool);
+                ctx.require(ok, "a 1-D mask_index must have B or 2B elements");
+                let idx = ctx.binary(B::Add, b, nb, i64_);
+                let start = ctx.temp(i64_);
+                ctx.push(Step::Take {
+                    x: padded,
+                    indices: idx,
+                    axis: 0,
+                    out: start,
+                });
+                (end, Some(start))
             } else {
                 let parts = vec![ctx.temp(DataType::Int64), ctx.temp(DataType::Int64)];
                 ctx.push(Step::Split {
@@ -333,7 +373,7 @@ fn lower_attention(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
             crate::plan::invalid!(node, "the mask_index rank is unknown");
         };
         let form = mask_form(&md, input.as_deref()).or_invalid(node)?;
-        let keep = mask_keep(ctx, m, form, kh)?;
+        let keep = mask_keep(ctx, m, form, x, kh)?;
         mask = Some(additive(ctx, keep, a.mask_filter as f64, dt)?);
     }
     if a.causal {
