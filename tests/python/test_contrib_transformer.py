@@ -11,10 +11,13 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import assert_all_on_mlx, assert_on_cpu, assert_on_mlx, assert_outputs_match, make_session, run
+from conftest import HAS_ASSIGNMENT_INFO, assert_all_on_mlx, assert_on_cpu, assert_on_mlx, assert_outputs_match, make_session, run
 from test_contrib import MS, compare, ms_model, randn, rng
 
 I32 = TensorProto.INT32
+
+#: Placement of a session whose run fails can only be read where ORT reports assignment.
+needs_assignment_info = pytest.mark.skipif(not HAS_ASSIGNMENT_INFO, reason="placement of a failing run is unreadable before ORT 1.24")
 
 
 # ---------------------------------------------------------------------------
@@ -45,6 +48,7 @@ def test_fused_matmul(case):
     compare(ms_model([node], feeds, ["y"]), feeds, ["FusedMatMul"])
 
 
+@needs_assignment_info
 def test_fused_matmul_trans_batch_needs_rank_3():
     feeds = {"a": randn(3, 4), "b": randn(4, 5, seed=1)}
     node = helper.make_node("FusedMatMul", ["a", "b"], ["y"], domain=MS, transBatchA=1)
@@ -158,11 +162,13 @@ def test_attention_without_bias(mask):
     assert_all_on_mlx(session)
 
 
+@needs_assignment_info
 def test_attention_past_with_attention_bias_stays_on_cpu():
     model, _ = attention_case(past=2, present=True, attn_bias=True)
     assert_on_cpu(make_session(model, mlx=True), ["Attention"])  # ORT refuses the pair
 
 
+@needs_assignment_info
 def test_attention_bad_mask_length_fails():
     model, feeds = attention_case(symbolic="other", mask=[3, 4, 1])
     with pytest.raises(Exception):
@@ -173,6 +179,7 @@ def test_attention_bad_mask_length_fails():
         run(session, feeds)
 
 
+@needs_assignment_info
 def test_attention_declines_4d_mask():
     mask = np.ones((2, 1, 4, 4), np.int32)
     model, feeds = attention_case(mask=mask)
@@ -236,6 +243,7 @@ def test_embed_layer_norm(name):
     compare(model, feeds, ["EmbedLayerNormalization"])
 
 
+@needs_assignment_info
 @pytest.mark.parametrize("bad", ["word", "segment", "position"])
 def test_embed_layer_norm_out_of_range(bad):
     ids = None
