@@ -6,6 +6,8 @@ EPs do; every case asserts that the op ran on MLX.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -261,3 +263,134 @@ def test_embed_layer_norm_out_of_range(bad):
     assert_on_mlx(session, ["EmbedLayerNormalization"])
     with pytest.raises(Exception, match="out of range"):
         run(session, feeds)
+
+
+# ---------------------------------------------------------------------------
+# ops only ORT's GPU EPs implement: MLX against numpy references written from the specs
+
+_erf = np.vectorize(math.erf)
+
+
+def gelu(x):
+    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+
+
+def mlx_only(model, feeds, op_types, expected, *, rtol=1e-4, atol=1e-4):
+    """Runs ``model`` on the MLX EP, asserts placement and compares with ``expected``."""
+    session = make_session(model, mlx=True)
+    actual = run(session, feeds)
+    assert_outputs_match(actual, [np.asarray(e, a.dtype) for e, a in zip(expected, actual)], rtol=rtol, atol=atol)
+    assert_on_mlx(session, op_types)
+    assert_all_on_mlx(session)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_bias_add(dtype):
+    feeds = {"x": randn(2, 6, 32).astype(dtype), "skip": randn(2, 6, 32, seed=1).astype(dtype)}
+    bias = randn(32, seed=2).astype(dtype)
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    node = helper.make_node("BiasAdd", ["x", "bias", "skip"], ["y"], domain=MS)
+    model = ms_model([node], feeds, [("y", elem)], consts={"bias": bias})
+    f = np.float32
+    tol = 1e-4 if dtype == np.float32 else 2e-3
+    mlx_only(model, feeds, ["BiasAdd"], [feeds["x"].astype(f) + bias.astype(f) + feeds["skip"].astype(f)], rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_bias_split_gelu(dtype):
+    x = randn(2, 5, 24, scale=2.0).astype(dtype)
+    bias = randn(24, seed=1).astype(dtype)
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    node = helper.make_node("BiasSplitGelu", ["x", "bias"], ["y"], domain=MS)
+    model = ms_model([node], {"x": x}, [("y", elem)], consts={"bias": bias})
+    s = (x + bias).astype(np.float64)
+    tol = 1e-4 if dtype == np.float32 else 5e-3
+    mlx_only(model, {"x": x}, ["BiasSplitGelu"], [s[..., :12] * gelu(s[..., 12:])], rtol=tol, atol=tol)
+
+
+def softmax(x, axes):
+    z = x - x.max(axis=axes, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=axes, keepdims=True)
+
+
+BIAS_SOFTMAX_CASES = [
+    # (input shape, bias shape, axis, is_inner_broadcast)
+    ((2, 3, 4, 5), (2, 1, 4, 5), 2, 1),
+    ((2, 3, 4, 5), (2, 1, 1, 5), 3, 1),
+    ((2, 3, 4, 5), (1, 3, 4, 5), 2, 0),
+    ((2, 3, 4, 5), (4, 5), 2, 0),
+    ((2, 3, 4, 5), (3, 4, 5), 1, 0),
+    ((2, 3, 6), (2, 3, 6), -1, 1),
+]
+
+
+@pytest.mark.parametrize("case", BIAS_SOFTMAX_CASES, ids=[f"{'x'.join(map(str, c[0]))}+{'x'.join(map(str, c[1]))}-axis{c[2]}-inner{c[3]}" for c in BIAS_SOFTMAX_CASES])
+def test_bias_softmax(case):
+    shape, bshape, axis, inner = case
+    x = randn(*shape, scale=3.0)
+    bias = randn(*bshape, seed=1, scale=3.0)
+    node = helper.make_node("BiasSoftmax", ["x", "bias"], ["y"], domain=MS, axis=axis, is_inner_broadcast=inner)
+    feeds = {"x": x, "bias": bias}
+    a = axis % len(shape)
+    expected = softmax((x + bias).astype(np.float64), tuple(range(a, len(shape))))
+    mlx_only(ms_model([node], feeds, ["y"]), feeds, ["BiasSoftmax"], [expected])
+
+
+def group_norm_ref(x, gamma, beta, groups, eps, silu, channels_last):
+    x = x.astype(np.float64)
+    if not channels_last:
+        x = x.transpose(0, 2, 3, 1)
+    n, h, w, c = x.shape
+    g = x.reshape(n, h * w, groups, c // groups)
+    mean = g.mean(axis=(1, 3), keepdims=True)
+    var = ((g - mean) ** 2).mean(axis=(1, 3), keepdims=True)
+    y = ((g - mean) / np.sqrt(var + eps)).reshape(n, h, w, c) * gamma.astype(np.float64) + beta.astype(np.float64)
+    if silu:
+        y = y / (1 + np.exp(-y))
+    return y if channels_last else y.transpose(0, 3, 1, 2)
+
+
+GROUP_NORM_CASES = [
+    # (op, channels_last, activation, skip shape (SkipGroupNorm), bias, outputs, dtype)
+    ("GroupNorm", 1, 0, None, False, 1, np.float32),
+    ("GroupNorm", 1, 1, None, False, 1, np.float32),
+    ("GroupNorm", 0, 1, None, False, 1, np.float32),
+    ("GroupNorm", 1, 1, None, False, 1, np.float16),
+    ("SkipGroupNorm", 1, 0, "full", True, 2, np.float32),
+    ("SkipGroupNorm", 1, 1, "n11c", False, 2, np.float32),
+    ("SkipGroupNorm", 1, 1, "nc", True, 1, np.float32),
+    ("SkipGroupNorm", 0, 0, "nc", True, 2, np.float32),
+    ("SkipGroupNorm", 1, 1, "full", True, 2, np.float16),
+]
+
+
+@pytest.mark.parametrize("case", GROUP_NORM_CASES, ids=[f"{c[0]}-cl{c[1]}-act{c[2]}-{c[3]}-bias{int(c[4])}-{c[5]}out-{np.dtype(c[6]).name}" for c in GROUP_NORM_CASES])
+def test_group_norm(case):
+    op, cl, act, skip, bias, n_out, dtype = case
+    n, h, w, c, groups = 2, 3, 5, 12, 4
+    shape = (n, h, w, c) if cl else (n, c, h, w)
+    x = randn(*shape, scale=2.0).astype(dtype)
+    consts = {"gamma": (1 + 0.2 * randn(c, seed=1)).astype(np.float32), "beta": randn(c, seed=2, scale=0.3)}
+    feeds = {"x": x}
+    inputs = ["x", "gamma", "beta"]
+    s = x.astype(np.float64)
+    if op == "SkipGroupNorm":
+        sshape = {"full": shape, "n11c": (n, 1, 1, c), "nc": (n, c)}[skip]
+        feeds["skip"] = randn(*sshape, seed=3).astype(dtype)
+        inputs.append("skip")
+        sk = feeds["skip"].astype(np.float64)
+        if skip == "nc":
+            sk = sk[:, None, None, :] if cl else sk[:, :, None, None]
+        s = s + sk
+        if bias:
+            consts["bias"] = randn(c, seed=4).astype(dtype)
+            inputs.append("bias")
+            s = s + (consts["bias"].astype(np.float64) if cl else consts["bias"].astype(np.float64)[:, None, None])
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    outs = [("y", elem), ("s", elem)][:n_out]
+    node = helper.make_node(op, inputs, [o[0] for o in outs], domain=MS, groups=groups, activation=act, epsilon=1e-5, channels_last=cl)
+    model = ms_model([node], feeds, outs, consts=consts)
+    expected = [group_norm_ref(s, consts["gamma"], consts["beta"], groups, 1e-5, act, cl), s][:n_out]
+    tol = 1e-4 if dtype == np.float32 else 2e-2
+    mlx_only(model, feeds, [op], expected, rtol=tol, atol=tol)

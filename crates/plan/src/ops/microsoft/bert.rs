@@ -1,6 +1,7 @@
 //! The BERT fusions of ORT's transformer optimizer: `Attention` (packed QKV projection,
 //! `mask_index` in every form ORT's CPU kernel reads, past/present, `unidirectional`,
-//! `qkv_hidden_sizes`, `attention_bias`) and `EmbedLayerNormalization`.
+//! `qkv_hidden_sizes`, `attention_bias`), `EmbedLayerNormalization` and `BiasSoftmax`
+//! (`softmax(scores + bias)` over the dims from `axis` on; ORT's GPU EPs implement it).
 //!
 //! Attention's additive mask follows ORT 1.31's CPU kernel: a key masked by `mask_index` gets
 //! `mask_filter_value` (default -10000) added to its score, a key after the query (with
@@ -21,6 +22,8 @@ pub fn register(r: &mut Registry) {
         .notes("`mask_index` 1-D end (`[B]`) or end/start (`[2B]`) positions (told apart at run time when the shapes don't say), 2-D `[B, T]` and 3-D `[B, S, T]` raw masks; past/present, `unidirectional`, `qkv_hidden_sizes`, `attention_bias`, `scale`, `mask_filter_value`; no 4-D mask, `do_rotary` or shared past/present buffer (as ORT's CPU kernel)");
     r.op(MS, "EmbedLayerNormalization", 1, 1, claim_embed, lower_embed)
         .notes("optional segment, mask and `position_ids` (`[B, S]` or `[1, S]`); `mask_index` counts the ones of the mask; ids out of range fail the run, as in ORT");
+    r.op(MS, "BiasSoftmax", 1, 1, claim_bias_softmax, lower_bias_softmax)
+        .notes("bias of the input's rank (or, broadcast over the outer dims, lower rank); softmax over the dims from `axis` on, accumulated in float32");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -585,4 +588,44 @@ fn lower_embed(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
         ctx.finish(node, 1, out, i32_)?;
     }
     ctx.finish(node, 2, sum, dt)
+}
+
+// ---------------------------------------------------------------------------------------------
+// BiasSoftmax.
+
+fn claim_bias_softmax(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
+    same_dtypes(ctx, node, 0..2, FLOATS)?;
+    let r = ctx.expect_rank(node, 0)?;
+    let rb = ctx.expect_rank(node, 1)?;
+    let inner = attr_int(node, "is_inner_broadcast")
+        .or_decline()?
+        .ok_or_else(|| Decline::new("BiasSoftmax: is_inner_broadcast is required"))?
+        != 0;
+    if rb > r || (inner && rb != r) {
+        decline!(
+            "BiasSoftmax: a rank-{rb} bias against a rank-{r} input is not claimed (numpy broadcasting only)"
+        );
+    }
+    crate::step::normalize_axis(attr_int(node, "axis").or_decline()?.unwrap_or(1), r)
+        .or_decline()?;
+    Ok(())
+}
+
+fn lower_bias_softmax(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
+    let dt = ctx.input_dtype(node, 0)?;
+    let r = ctx.need_rank(node, 0)?;
+    let axis =
+        crate::step::normalize_axis(attr_int(node, "axis").or_invalid(node)?.unwrap_or(1), r)
+            .or_invalid(node)?;
+    let x = ctx.input(node, 0)?;
+    let b = ctx.input(node, 1)?;
+    let s = ctx.binary(B::Add, x, b, dt);
+    let out = ctx.temp(dt);
+    ctx.push(Step::Softmax {
+        x: s,
+        axes: (axis as i32..r as i32).collect(),
+        precise: true,
+        out,
+    });
+    ctx.finish(node, 0, out, dt)
 }

@@ -15,6 +15,7 @@ pub mod matmul;
 pub mod norm;
 pub mod quant;
 pub mod rotary;
+pub mod unet;
 
 /// The `com.microsoft` domain.
 pub(crate) const MS: &str = "com.microsoft";
@@ -27,6 +28,7 @@ pub fn register(r: &mut Registry) {
     attention::register(r);
     bert::register(r);
     matmul::register(r);
+    unet::register(r);
     quant::register(r);
 }
 
