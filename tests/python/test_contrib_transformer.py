@@ -394,3 +394,70 @@ def test_group_norm(case):
     expected = [group_norm_ref(s, consts["gamma"], consts["beta"], groups, 1e-5, act, cl), s][:n_out]
     tol = 1e-4 if dtype == np.float32 else 2e-2
     mlx_only(model, feeds, [op], expected, rtol=tol, atol=tol)
+
+
+# ---------------------------------------------------------------------------
+# the quantizer's integer matmuls with float results
+
+INT_TO_FLOAT_CASES = [
+    # (A dtype, B dtype, K, b per column, zero points, bias)
+    (np.uint8, np.int8, 20, False, True, True),
+    (np.uint8, np.uint8, 20, True, True, False),
+    (np.uint8, np.int8, 300, True, True, True),
+    (np.int8, np.int8, 40, False, False, True),
+    (np.int8, np.int8, 270, True, True, False),
+    (np.uint8, np.int8, 16, True, False, False),
+]
+
+
+def qrand(dtype, shape, seed):
+    info = np.iinfo(dtype)
+    return rng(seed).integers(info.min, info.max + 1, shape).astype(dtype)
+
+
+@pytest.mark.parametrize("case", INT_TO_FLOAT_CASES, ids=[f"{np.dtype(c[0]).name}x{np.dtype(c[1]).name}-k{c[2]}-col{int(c[3])}-zp{int(c[4])}-bias{int(c[5])}" for c in INT_TO_FLOAT_CASES])
+def test_matmul_integer_to_float(case):
+    adt, bdt, k, per_col, zps, bias = case
+    n = 6
+    feeds = {"a": qrand(adt, (2, 3, k), 1)}
+    consts = {
+        "b": qrand(bdt, (k, n), 2),
+        "a_scale": np.array(0.02, np.float32),
+        "b_scale": (rng(3).uniform(0.001, 0.01, n) if per_col else np.array(0.004)).astype(np.float32),
+    }
+    inputs = ["a", "b", "a_scale", "b_scale"]
+    if zps:
+        consts["a_zp"] = np.array(7 if adt == np.uint8 else -3, adt)
+        consts["b_zp"] = (qrand(bdt, (n,), 4) if per_col else np.array(5, bdt)).astype(bdt)
+        inputs += ["a_zp", "b_zp"]
+    if bias:
+        consts["bias"] = randn(n, seed=5)
+        inputs += [""] * (6 - len(inputs)) + ["bias"]
+    node = helper.make_node("MatMulIntegerToFloat", inputs, ["y"], domain=MS)
+    compare(ms_model([node], feeds, ["y"], consts=consts), feeds, ["MatMulIntegerToFloat"], rtol=1e-5, atol=1e-5)
+
+
+DQMM_CASES = [
+    # (B dtype, K, b per column, zero point, bias, A rank)
+    (np.int8, 24, False, False, True, 3),
+    (np.int8, 300, True, False, True, 2),
+    (np.uint8, 24, False, True, False, 3),
+    (np.uint8, 64, True, True, True, 2),
+]
+
+
+@pytest.mark.parametrize("case", DQMM_CASES, ids=[f"{np.dtype(c[0]).name}-k{c[1]}-col{int(c[2])}-zp{int(c[3])}-bias{int(c[4])}-a{c[5]}d" for c in DQMM_CASES])
+def test_dynamic_quantize_matmul(case):
+    bdt, k, per_col, zp, bias, a_rank = case
+    n = 5
+    a = randn(*((2, 3, k) if a_rank == 3 else (4, k)), scale=2.0)
+    consts = {"b": qrand(bdt, (k, n), 2), "b_scale": (rng(3).uniform(0.001, 0.01, n) if per_col else np.array(0.004)).astype(np.float32)}
+    inputs = ["a", "b", "b_scale"]
+    if zp:
+        consts["b_zp"] = (qrand(bdt, (n,), 4) if per_col else np.array(9, bdt)).astype(bdt)
+        inputs.append("b_zp")
+    if bias:
+        consts["bias"] = randn(n, seed=5)
+        inputs += [""] * (4 - len(inputs)) + ["bias"]
+    node = helper.make_node("DynamicQuantizeMatMul", inputs, ["y"], domain=MS)
+    compare(ms_model([node], {"a": a}, ["y"], consts=consts), {"a": a}, ["DynamicQuantizeMatMul"], rtol=1e-5, atol=1e-5)
