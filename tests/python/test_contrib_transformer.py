@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -461,3 +462,41 @@ def test_dynamic_quantize_matmul(case):
         inputs += [""] * (4 - len(inputs)) + ["bias"]
     node = helper.make_node("DynamicQuantizeMatMul", inputs, ["y"], domain=MS)
     compare(ms_model([node], {"a": a}, ["y"], consts=consts), {"a": a}, ["DynamicQuantizeMatMul"], rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------
+# float16: ORT's CPU EP has no float16 kernels of these ops, so MLX's float16 run is compared
+# with the CPU EP's float32 one
+
+
+def as_float16(model, feeds):
+    """``model`` with every float32 initializer, input and output made float16."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    for i, t in enumerate(m.graph.initializer):
+        if t.data_type == TensorProto.FLOAT:
+            m.graph.initializer[i].CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float16), t.name))
+    for v in list(m.graph.input) + list(m.graph.output):
+        if v.type.tensor_type.elem_type == TensorProto.FLOAT:
+            v.type.tensor_type.elem_type = TensorProto.FLOAT16
+    return m, {k: (v.astype(np.float16) if v.dtype == np.float32 else v) for k, v in feeds.items()}
+
+
+HALF_CASES = {
+    "attention-mask-end": lambda: (attention_case(mask=[4, 2]), ["Attention"]),
+    "attention-causal-2d": lambda: (attention_case(mask=[[0, 1, 1, 1], [1, 1, 0, 1]], unidirectional=1), ["Attention"]),
+    "attention-past": lambda: (attention_case(past=3, present=True, unidirectional=1), ["Attention"]),
+    "embed-layer-norm": lambda: (embed_case(outputs=3), ["EmbedLayerNormalization"]),
+}
+
+
+@pytest.mark.parametrize("name", list(HALF_CASES))
+def test_float16_against_float32(name):
+    (model, feeds), ops = HALF_CASES[name]()
+    expected = run(make_session(model, mlx=False), feeds)
+    half, hfeeds = as_float16(model, feeds)
+    session = make_session(half, mlx=True)
+    actual = run(session, hfeeds)
+    assert_outputs_match([a.astype(np.float32) if a.dtype == np.float16 else a for a in actual], expected, rtol=2e-2, atol=2e-2)
+    assert_on_mlx(session, ops)
+    assert_all_on_mlx(session)
