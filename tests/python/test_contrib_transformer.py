@@ -15,7 +15,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from conftest import HAS_ASSIGNMENT_INFO, assert_all_on_mlx, assert_on_cpu, assert_on_mlx, assert_outputs_match, make_session, run
-from test_contrib import MS, compare, ms_model, randn, rng
+from test_contrib import MS, compare, cos_sin, ms_model, randn, rng
 
 I32 = TensorProto.INT32
 
@@ -500,3 +500,40 @@ def test_float16_against_float32(name):
     assert_outputs_match([a.astype(np.float32) if a.dtype == np.float16 else a for a in actual], expected, rtol=2e-2, atol=2e-2)
     assert_on_mlx(session, ops)
     assert_all_on_mlx(session)
+
+
+# ---------------------------------------------------------------------------
+# MRotaryEmbedding (M-RoPE)
+
+MROPE_CASES = [
+    # (rank, interleaved, mrope_layout, mrope_section, rotary_embedding_dim)
+    (3, 0, 0, [4, 2, 2], 0),
+    (4, 0, 0, [2, 3, 3], 0),
+    (3, 1, 0, [4, 2, 2], 0),
+    (3, 0, 1, [2, 3, 3], 0),
+    (4, 1, 1, [4, 2, 2], 0),
+    (3, 0, 0, [2, 1, 1], 8),
+    (4, 0, 1, [1, 2, 1], 8),
+]
+
+
+#: ORT registers MRotaryEmbedding's schema (and its CPU kernel) only in newer releases.
+HAS_MROPE = any(s.name == "MRotaryEmbedding" and s.domain == MS for s in ort.capi._pybind_state.get_all_operator_schema())
+
+
+@pytest.mark.skipif(not HAS_MROPE, reason="this ORT has no MRotaryEmbedding")
+@pytest.mark.parametrize("case", MROPE_CASES, ids=[f"{r}d-inter{i}-layout{l}-{'.'.join(map(str, s))}-rd{d}" for r, i, l, s, d in MROPE_CASES])
+def test_mrotary_embedding(case):
+    rank, interleaved, layout, section, rd = case
+    b, s, h, d = 2, 5, 2, 16
+    x = randn(b, s, h * d) if rank == 3 else randn(b, h, s, d)
+    cos, sin = cos_sin(32, (rd or d) // 2)
+    pos = rng(1).integers(0, 32, (3, b, s)).astype(np.int64)
+    attrs = {"interleaved": interleaved, "mrope_layout": layout, "mrope_section": section}
+    if rd:
+        attrs.update(rotary_embedding_dim=rd)
+    if rd or rank == 3:
+        attrs.update(num_heads=h)
+    node = helper.make_node("MRotaryEmbedding", ["x", "pos", "cos", "sin"], ["y"], domain=MS, **attrs)
+    feeds = {"x": x, "pos": pos}
+    compare(ms_model([node], feeds, ["y"], consts={"cos": cos, "sin": sin}), feeds, ["MRotaryEmbedding"])
