@@ -12,6 +12,7 @@ pub mod attention;
 pub mod bert;
 pub mod gelu;
 pub mod matmul;
+pub mod moe;
 pub mod norm;
 pub mod quant;
 pub mod rotary;
@@ -29,6 +30,7 @@ pub fn register(r: &mut Registry) {
     bert::register(r);
     matmul::register(r);
     unet::register(r);
+    moe::register(r);
     quant::register(r);
 }
 
