@@ -603,3 +603,78 @@ def test_moe_float16(act):
     assert_outputs_match([actual[0].astype(np.float32)], expected, rtol=1e-2, atol=1e-2)
     assert_on_mlx(session, ["MoE"])
     assert_all_on_mlx(session)
+
+
+# ---------------------------------------------------------------------------
+# PackedMultiHeadAttention (ORT's GPU EPs only): numpy reference per sequence
+
+
+def packing(lengths, seq):
+    """token_offset ([B, S]) and cumulative_sequence_length ([B + 1]) of right-padded
+    sequences of ``lengths``: real positions first, then the padding positions."""
+    real = [b * seq + s for b, n in enumerate(lengths) for s in range(n)]
+    pad = [b * seq + s for b, n in enumerate(lengths) for s in range(n, seq)]
+    offset = np.array(real + pad, np.int32).reshape(len(lengths), seq)
+    cum = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    return offset, cum
+
+
+def packed_mha_ref(q, k, v, lengths, heads, scale=None, attn_bias=None):
+    out = np.zeros((q.shape[0], v.shape[1]), np.float64)
+    hq, hv = q.shape[1] // heads, v.shape[1] // heads
+    scale = scale or 1.0 / math.sqrt(hq)
+    start = 0
+    for b, n in enumerate(lengths):
+        sl = slice(start, start + n)
+        qs, ks, vs = (t[sl].astype(np.float64).reshape(n, heads, -1).transpose(1, 0, 2) for t in (q, k, v))
+        s = qs @ ks.transpose(0, 2, 1) * scale
+        if attn_bias is not None:
+            s = s + attn_bias[b if attn_bias.shape[0] > 1 else 0][:, :n, :n]
+        p = softmax(s, (-1,))
+        out[sl] = (p @ vs).transpose(1, 0, 2).reshape(n, heads * hv)
+        start += n
+    return out
+
+
+PMHA_CASES = {
+    "separate": {},
+    "bias": {"bias": True},
+    "packed-qkv": {"packed": True},
+    "attention-bias-scale": {"attn_bias": True, "scale": 0.2},
+    "full-lengths": {"lengths": [5, 5]},
+    "v-hidden": {"v_head": 4, "bias": True},
+}
+
+
+@pytest.mark.parametrize("name", list(PMHA_CASES))
+def test_packed_multi_head_attention(name):
+    c = dict(lengths=[2, 5, 3], seq=5, heads=2, head=8, v_head=None, bias=False, packed=False, attn_bias=False, scale=None)
+    c.update(PMHA_CASES[name])
+    lengths, seq, heads, head = c["lengths"], c["seq"], c["heads"], c["head"]
+    tokens, hidden, vh = sum(lengths), heads * head, heads * (c["v_head"] or head)
+    offset, cum = packing(lengths, seq)
+    q, k, v = randn(tokens, hidden, seed=1), randn(tokens, hidden, seed=2), randn(tokens, vh, seed=3)
+    consts, attrs = {}, {"num_heads": heads}
+    if c["scale"]:
+        attrs["scale"] = c["scale"]
+    feeds = {"token_offset": offset, "cum": cum}
+    if c["packed"]:
+        feeds["qkv"] = np.stack([t.reshape(tokens, heads, head) for t in (q, k, v)], axis=2)
+        inputs = ["qkv", "", "", "", "token_offset", "cum"]
+    else:
+        feeds.update(q=q, k=k, v=v)
+        inputs = ["q", "k", "v", "", "token_offset", "cum"]
+    rq, rk, rv = q, k, v
+    if c["bias"]:
+        b = randn(2 * hidden + vh, seed=4)
+        consts["bias"] = b
+        inputs[3] = "bias"
+        rq, rk, rv = q + b[:hidden], k + b[hidden : 2 * hidden], v + b[2 * hidden :]
+    ab = None
+    if c["attn_bias"]:
+        ab = randn(len(lengths), heads, seq, seq, seed=5)
+        feeds["attn_bias"] = ab
+        inputs.append("attn_bias")
+    node = helper.make_node("PackedMultiHeadAttention", inputs, ["y"], domain=MS, **attrs)
+    model = ms_model([node], feeds, ["y"], consts=consts)
+    mlx_only(model, feeds, ["PackedMultiHeadAttention"], [packed_mha_ref(rq, rk, rv, lengths, heads, c["scale"], ab)])

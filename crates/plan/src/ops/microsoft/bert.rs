@@ -1,7 +1,9 @@
 //! The BERT fusions of ORT's transformer optimizer: `Attention` (packed QKV projection,
 //! `mask_index` in every form ORT's CPU kernel reads, past/present, `unidirectional`,
 //! `qkv_hidden_sizes`, `attention_bias`), `EmbedLayerNormalization` and `BiasSoftmax`
-//! (`softmax(scores + bias)` over the dims from `axis` on; ORT's GPU EPs implement it).
+//! (`softmax(scores + bias)` over the dims from `axis` on) and `PackedMultiHeadAttention`
+//! (tokens of right-padded sequences packed without padding); ORT's GPU EPs implement
+//! the last two.
 //!
 //! Attention's additive mask follows ORT 1.31's CPU kernel: a key masked by `mask_index` gets
 //! `mask_filter_value` (default -10000) added to its score, a key after the query (with
@@ -22,6 +24,8 @@ pub fn register(r: &mut Registry) {
         .notes("`mask_index` 1-D end (`[B]`) or end/start (`[2B]`) positions (told apart at run time when the shapes don't say), 2-D `[B, T]` and 3-D `[B, S, T]` raw masks; past/present, `unidirectional`, `qkv_hidden_sizes`, `attention_bias`, `scale`, `mask_filter_value`; no 4-D mask, `do_rotary` or shared past/present buffer (as ORT's CPU kernel)");
     r.op(MS, "EmbedLayerNormalization", 1, 1, claim_embed, lower_embed)
         .notes("optional segment, mask and `position_ids` (`[B, S]` or `[1, S]`); `mask_index` counts the ones of the mask; ids out of range fail the run, as in ORT");
+    r.op(MS, "PackedMultiHeadAttention", 1, 1, claim_packed_mha, lower_packed_mha)
+        .notes("separate Q/K/V `[tokens, hidden]` (+bias) or packed QKV `[tokens, N, 3, H]`; `token_offset`, `cumulative_sequence_length`, `attention_bias`; tokens unpacked by a gather, attention per sequence, packed again");
     r.op(MS, "BiasSoftmax", 1, 1, claim_bias_softmax, lower_bias_softmax)
         .notes("bias of the input's rank (or, broadcast over the outer dims, lower rank); softmax over the dims from `axis` on, accumulated in float32");
 }
@@ -625,6 +629,215 @@ fn lower_bias_softmax(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> 
         x: s,
         axes: (axis as i32..r as i32).collect(),
         precise: true,
+        out,
+    });
+    ctx.finish(node, 0, out, dt)
+}
+
+// ---------------------------------------------------------------------------------------------
+// PackedMultiHeadAttention.
+
+const PMHA_QUERY: usize = 0;
+const PMHA_KEY: usize = 1;
+const PMHA_VALUE: usize = 2;
+const PMHA_BIAS: usize = 3;
+const PMHA_OFFSET: usize = 4;
+const PMHA_CUMLEN: usize = 5;
+const PMHA_ATTN_BIAS: usize = 6;
+
+fn claim_packed_mha(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
+    let dt = ctx.expect_dtype(node, PMHA_QUERY, FLOATS)?;
+    let heads = attr_int(node, "num_heads").or_decline()?.unwrap_or(0);
+    if heads <= 0 {
+        decline!("PackedMultiHeadAttention: num_heads must be positive");
+    }
+    for i in [PMHA_KEY, PMHA_VALUE, PMHA_BIAS, PMHA_ATTN_BIAS] {
+        if node.input(i).is_some() {
+            ctx.expect_dtype(node, i, &[dt])?;
+        }
+    }
+    for i in [PMHA_OFFSET, PMHA_CUMLEN] {
+        ctx.expect_dtype(node, i, &[DataType::Int32])?;
+    }
+    if ctx.expect_rank(node, PMHA_OFFSET)? != 2 || ctx.expect_rank(node, PMHA_CUMLEN)? != 1 {
+        decline!(
+            "PackedMultiHeadAttention: token_offset must be 2-D and cumulative_sequence_length 1-D"
+        );
+    }
+    let packed = node.input(PMHA_KEY).is_none();
+    if packed != node.input(PMHA_VALUE).is_none() {
+        decline!("PackedMultiHeadAttention: key and value must come together");
+    }
+    if packed {
+        let d = dims_of(ctx, node.input(PMHA_QUERY).unwrap_or(""));
+        let ok = d.as_ref().is_some_and(|d| {
+            d.len() == 4 && d[1].fixed() == Some(heads) && d[2].fixed() == Some(3)
+        });
+        if !ok {
+            decline!(
+                "PackedMultiHeadAttention: packed QKV must be [tokens, num_heads, 3, head_size]"
+            );
+        }
+        no_input(node, PMHA_BIAS, "bias with packed QKV")?;
+    } else {
+        for i in [PMHA_QUERY, PMHA_KEY, PMHA_VALUE] {
+            if ctx.expect_rank(node, i)? != 2 {
+                decline!("PackedMultiHeadAttention: input {i} must be 2-D");
+            }
+        }
+        match (
+            last_dim(ctx, node, PMHA_QUERY),
+            last_dim(ctx, node, PMHA_VALUE),
+        ) {
+            (Some(h), Some(v)) if h % heads == 0 && v % heads == 0 => {}
+            _ => decline!(
+                "PackedMultiHeadAttention: the query and value hidden sizes must be fixed multiples of num_heads"
+            ),
+        }
+    }
+    if node.input(PMHA_ATTN_BIAS).is_some() && ctx.expect_rank(node, PMHA_ATTN_BIAS)? != 4 {
+        decline!("PackedMultiHeadAttention: attention_bias must be 4-D");
+    }
+    Ok(())
+}
+
+fn lower_packed_mha(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
+    let dt = ctx.input_dtype(node, PMHA_QUERY)?;
+    let i64_ = DataType::Int64;
+    let heads = attr_int(node, "num_heads").or_invalid(node)?.unwrap_or(1);
+    let mfv = attr_float(node, "mask_filter_value")
+        .or_invalid(node)?
+        .unwrap_or(-10000.0);
+    let query = ctx.input(node, PMHA_QUERY)?;
+    let (mut q, mut k, mut v, head) = if node.input(PMHA_KEY).is_none() {
+        // [T, N, 3, H] -> three [T, N*H]
+        let Some(h) = lower_last_dim(ctx, node, PMHA_QUERY) else {
+            crate::plan::invalid!(node, "the head size is unknown");
+        };
+        let parts = vec![ctx.temp(dt), ctx.temp(dt), ctx.temp(dt)];
+        ctx.push(Step::Split {
+            x: query,
+            axis: 2,
+            sizes: None,
+            outs: parts.clone(),
+        });
+        let flat: Vec<Slot> = parts
+            .iter()
+            .map(|&p| reshape_to(ctx, p, &[0, heads * h], dt))
+            .collect();
+        (flat[0], flat[1], flat[2], h)
+    } else {
+        let (Some(hidden), Some(vh)) = (
+            lower_last_dim(ctx, node, PMHA_QUERY),
+            lower_last_dim(ctx, node, PMHA_VALUE),
+        ) else {
+            crate::plan::invalid!(node, "hidden sizes are unknown");
+        };
+        let (mut q, mut k, mut v) = (
+            query,
+            ctx.input(node, PMHA_KEY)?,
+            ctx.input(node, PMHA_VALUE)?,
+        );
+        if let Some(bias) = ctx.opt_input(node, PMHA_BIAS)? {
+            let parts = vec![ctx.temp(dt), ctx.temp(dt), ctx.temp(dt)];
+            ctx.push(Step::Split {
+                x: bias,
+                axis: 0,
+                sizes: Some(ShapeSource::Static(vec![hidden, hidden, vh])),
+                outs: parts.clone(),
+            });
+            q = ctx.binary(B::Add, q, parts[0], dt);
+            k = ctx.binary(B::Add, k, parts[1], dt);
+            v = ctx.binary(B::Add, v, parts[2], dt);
+        }
+        (q, k, v, hidden / heads)
+    };
+    // Padded position p holds packed token inv[p] (token_offset is a permutation of the
+    // B*S positions whose first `tokens` entries place the real tokens); padding rows read
+    // token 0 and are masked or dropped.
+    let offset = ctx.input(node, PMHA_OFFSET)?;
+    let offset = ctx.cast(offset, DataType::Int32, i64_);
+    let flat = reshape_to(ctx, offset, &[-1], i64_);
+    let inv = ctx.temp(DataType::Uint32);
+    ctx.push(Step::ArgSort {
+        x: flat,
+        axis: 0,
+        out: inv,
+    });
+    let inv = ctx.cast(inv, DataType::Uint32, i64_);
+    let tokens = dim_of(ctx, q, 0);
+    let real = ctx.binary(B::Less, inv, tokens, i64_);
+    let zero = ctx.scalar(i64_, 0.0)?;
+    let src = ctx.temp(i64_);
+    ctx.push(Step::Where {
+        cond: real,
+        x: inv,
+        y: zero,
+        out: src,
+    });
+    let src = reshape(ctx, src, ReshapeTarget::Like(offset), i64_);
+    for t in [&mut q, &mut k, &mut v] {
+        let out = ctx.temp(dt);
+        ctx.push(Step::Take {
+            x: *t,
+            indices: src,
+            axis: 0,
+            out,
+        });
+        *t = out;
+    }
+    let qh = to_heads(ctx, q, heads, dt);
+    let kh = to_heads(ctx, k, heads, dt);
+    let vh = to_heads(ctx, v, heads, dt);
+    // key t of sequence b is real when t < cum[b + 1] - cum[b]
+    let cum = ctx.input(node, PMHA_CUMLEN)?;
+    let cum = ctx.cast(cum, DataType::Int32, i64_);
+    let hi = slice_last(ctx, cum, 1, i64::MAX, 1, i64_);
+    let lo = slice_last(ctx, cum, 0, -1, 1, i64_);
+    let len = ctx.binary(B::Subtract, hi, lo, i64_);
+    let keep = mask_keep(ctx, len, MaskForm::End, qh, kh)?;
+    let mut mask = additive(ctx, keep, mfv as f64, dt)?;
+    if let Some(b) = ctx.opt_input(node, PMHA_ATTN_BIAS)? {
+        mask = ctx.binary(B::Add, mask, b, dt);
+    }
+    let scale = attr_float(node, "scale")
+        .or_invalid(node)?
+        .filter(|&s| s != 0.0)
+        .unwrap_or(1.0 / (head as f32).sqrt());
+    let y = ctx.temp(dt);
+    ctx.push(Step::AttentionEx {
+        q: qh,
+        k: kh,
+        v: vh,
+        mask: Some(mask),
+        causal: false,
+        sinks: None,
+        scale,
+        softcap: 0.0,
+        out: y,
+    });
+    // back to the packed order: token i sits at padded position token_offset[i]
+    let y = from_heads(ctx, y, dt);
+    let y = reshape(ctx, y, ReshapeTarget::Flatten { axis: -1 }, dt);
+    let i = ctx.temp(i64_);
+    ctx.push(Step::Iota {
+        like: query,
+        axis: 0,
+        dtype: i64_,
+        out: i,
+    });
+    let pos = ctx.temp(i64_);
+    ctx.push(Step::Take {
+        x: flat,
+        indices: i,
+        axis: 0,
+        out: pos,
+    });
+    let out = ctx.temp(dt);
+    ctx.push(Step::Take {
+        x: y,
+        indices: pos,
+        axis: 0,
         out,
     });
     ctx.finish(node, 0, out, dt)
