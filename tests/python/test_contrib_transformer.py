@@ -678,3 +678,45 @@ def test_packed_multi_head_attention(name):
     node = helper.make_node("PackedMultiHeadAttention", inputs, ["y"], domain=MS, **attrs)
     model = ms_model([node], feeds, ["y"], consts=consts)
     mlx_only(model, feeds, ["PackedMultiHeadAttention"], [packed_mha_ref(rq, rk, rv, lengths, heads, c["scale"], ab)])
+
+
+# ---------------------------------------------------------------------------
+# hostile indices fail the run (the runtime bounds-checks every gather)
+
+
+@needs_assignment_info
+@pytest.mark.skipif(not HAS_MROPE, reason="this ORT has no MRotaryEmbedding")
+def test_mrotary_embedding_positions_out_of_range():
+    x = randn(1, 2, 3, 16)
+    cos, sin = cos_sin(8, 8)
+    node = helper.make_node("MRotaryEmbedding", ["x", "pos", "cos", "sin"], ["y"], domain=MS, mrope_section=[4, 2, 2])
+    feeds = {"x": x, "pos": np.array([0, 1, 8], np.int64).reshape(1, 1, 3).repeat(3, axis=0)}
+    session = make_session(ms_model([node], feeds, ["y"], consts={"cos": cos, "sin": sin}), mlx=True)
+    assert_on_mlx(session, ["MRotaryEmbedding"])
+    with pytest.raises(Exception, match="out of range"):
+        run(session, feeds)
+
+
+@needs_assignment_info
+def test_packed_multi_head_attention_bad_token_offset():
+    offset, cum = packing([2, 3], 3)
+    offset[0, 0] = 6  # no such padded position
+    q = randn(5, 16)
+    feeds = {"q": q, "k": q, "v": q, "token_offset": offset, "cum": cum}
+    node = helper.make_node("PackedMultiHeadAttention", ["q", "k", "v", "", "token_offset", "cum"], ["y"], domain=MS, num_heads=2)
+    session = make_session(ms_model([node], feeds, ["y"]), mlx=True)
+    assert_on_mlx(session, ["PackedMultiHeadAttention"])
+    with pytest.raises(Exception, match="out of range"):
+        run(session, feeds)
+
+
+@needs_assignment_info
+@needs_new_moe
+def test_moe_router_expert_mismatch():
+    model, feeds = moe_case(activation_type="relu", k=1)
+    feeds["router"] = feeds["router"][:, :1].copy()
+    model.graph.input[1].type.tensor_type.shape.dim[1].dim_param = "e"
+    session = make_session(model, mlx=True)
+    assert_on_mlx(session, ["MoE"])
+    with pytest.raises(Exception, match="number of experts"):
+        run(session, feeds)

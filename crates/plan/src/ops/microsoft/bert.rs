@@ -766,6 +766,7 @@ fn lower_packed_mha(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     });
     let inv = ctx.cast(inv, DataType::Uint32, i64_);
     let tokens = dim_of(ctx, q, 0);
+
     let real = ctx.binary(B::Less, inv, tokens, i64_);
     let zero = ctx.scalar(i64_, 0.0)?;
     let src = ctx.temp(i64_);

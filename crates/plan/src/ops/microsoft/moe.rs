@@ -113,6 +113,13 @@ fn claim_moe(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
     }
     let experts =
         dims_of(ctx, node.input(FC1).unwrap_or("")).and_then(|d| d.first().and_then(|d| d.fixed()));
+    let routed = dims_of(ctx, node.input(ROUTER).unwrap_or(""))
+        .and_then(|d| d.get(1).and_then(|d| d.fixed()));
+    if let (Some(r), Some(e)) = (routed, experts)
+        && r != e
+    {
+        decline!("MoE: router_probs has {r} experts, the weights {e}");
+    }
     match experts {
         Some(e) if a.k >= 1 && a.k <= e => Ok(()),
         Some(e) => decline!("MoE: k={} is not in [1, {e}]", a.k),
@@ -215,6 +222,27 @@ fn lower_moe(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
         axis: -1,
         out: order,
     });
+    // router_probs and the weights must agree on the experts (broadcasting would hide it)
+    let experts_w = ctx.input(node, FC1)?;
+    let ew = ctx.temp(i64_);
+    ctx.push(Step::Shape {
+        x: experts_w,
+        start: 0,
+        end: Some(1),
+        out: ew,
+    });
+    let er = ctx.temp(i64_);
+    ctx.push(Step::Shape {
+        x: probs,
+        start: 1,
+        end: Some(2),
+        out: er,
+    });
+    let same = ctx.binary(B::Equal, ew, er, i64_);
+    ctx.require(
+        same,
+        "router_probs and the expert weights differ in the number of experts",
+    );
     let top = slice_last(ctx, order, -a.k, i64::MAX, 1, DataType::Uint32);
     let mut topp = ctx.temp(DataType::Float);
     ctx.push(Step::TakeAlongAxis {
