@@ -146,6 +146,9 @@ fn attention_declines_what_ort_refuses() {
     node.inputs.push("bias4".into());
     let n = gb.g.nodes.len() - 1;
     declined(&gb, n, "past and attention_bias");
+    let (mut gp, n) = attention(&[], &[], true);
+    gp.g.nodes[n].outputs.truncate(1);
+    declined(&gp, n, "present output");
 }
 
 #[test]

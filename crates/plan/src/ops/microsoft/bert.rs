@@ -181,6 +181,9 @@ fn claim_attention(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
         if a.sizes[1] != a.sizes[2] {
             decline!("Attention: past needs equal K and V hidden sizes");
         }
+        if node.output(1).is_none() {
+            decline!("Attention: past without the present output is refused by ORT's CPU kernel");
+        }
     }
     if node.output(1).is_some() && a.sizes[1] != a.sizes[2] {
         decline!("Attention: present needs equal K and V hidden sizes");
