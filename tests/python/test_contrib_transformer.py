@@ -720,3 +720,83 @@ def test_moe_router_expert_mismatch():
     assert_on_mlx(session, ["MoE"])
     with pytest.raises(Exception, match="number of experts"):
         run(session, feeds)
+
+
+# ---------------------------------------------------------------------------
+# QMoE (int4 / int8 experts)
+
+
+def pack_bits(q, bits):
+    """Integers in [0, 2^bits) along the last axis packed low bits first into uint8."""
+    per = 8 // bits
+    q = q.reshape(*q.shape[:-1], q.shape[-1] // per, per).astype(np.uint8)
+    out = np.zeros(q.shape[:-1], np.uint8)
+    for i in range(per):
+        out |= (q[..., i] << (i * bits)).astype(np.uint8)
+    return out
+
+
+QMOE_CASES = {
+    "int4-rows": {"bits": 4},
+    "int8-rows": {"bits": 8},
+    "int4-rows-zp-bias": {"bits": 4, "zp": True, "bias": True},
+    "int8-rows-zp": {"bits": 8, "zp": True},
+    "int4-block16": {"bits": 4, "block": 16},
+    "int4-block16-zp": {"bits": 4, "block": 16, "zp": True, "activation_type": "silu"},
+    "int8-rows-gelu-top1": {"bits": 8, "activation_type": "gelu", "k": 1, "bias": True},
+    "int4-swiglu": {"bits": 4, "activation_type": "swiglu", "swiglu_fusion": 1},
+}
+
+
+@needs_new_moe
+@pytest.mark.parametrize("name", list(QMOE_CASES))
+def test_qmoe(name):
+    c = dict(bits=4, block=0, zp=False, bias=False, k=2, activation_type="relu")
+    c.update(QMOE_CASES[name])
+    bits, block = c.pop("bits"), c.pop("block")
+    zp, bias = c.pop("zp"), c.pop("bias")
+    e, hidden, inter = 3, 32, 32
+    fusion = 2 if c["activation_type"] == "swiglu" else 1
+    r = rng(41)
+    consts = {}
+
+    def weights(name, n, k):
+        q = r.integers(0, 2**bits, (e, n, k))
+        nb = k // block if block else 1
+        s = r.uniform(0.01, 0.05, (e, n, nb)).astype(np.float32)
+        consts[f"{name}_q"] = pack_bits(q, bits)
+        consts[f"{name}_s"] = s if block else s[..., 0]
+        if zp:
+            z = r.integers(0, 2**bits, (e, n, nb))
+            if block:
+                pad = (-nb) % (8 // bits)
+                consts[f"{name}_z"] = pack_bits(np.concatenate([z, np.zeros((e, n, pad), int)], axis=2), bits)
+            else:
+                consts[f"{name}_z"] = pack_bits(z[..., 0], bits)
+
+    weights("fc1", fusion * inter, hidden)
+    weights("fc2", hidden, inter)
+    if bias:
+        consts["fc1_b"] = randn(e, fusion * inter, seed=42)
+        consts["fc2_b"] = randn(e, hidden, seed=43)
+    inputs = ["x", "router", "fc1_q", "fc1_s", "fc1_b" if bias else "", "fc2_q", "fc2_s", "fc2_b" if bias else "", "", "", ""]
+    if zp:
+        inputs += ["fc1_z", "fc2_z"]
+    while not inputs[-1]:
+        inputs.pop()
+    attrs = dict(c, expert_weight_bits=bits)
+    if block:
+        attrs["block_size"] = block
+    feeds = {"x": randn(5, hidden, seed=44), "router": randn(5, e, seed=45, scale=2.0)}
+    node = helper.make_node("QMoE", inputs, ["y"], domain=MS, **attrs)
+    compare(ms_model([node], feeds, ["y"], consts=consts), feeds, ["QMoE"], rtol=1e-4, atol=1e-4)
+
+
+@needs_new_moe
+def test_qmoe_declines_int8_blocks():
+    r = rng(46)
+    consts = {"q1": pack_bits(r.integers(0, 256, (2, 32, 32)), 8), "s1": np.full((2, 32, 1), 0.01, np.float32)}
+    consts.update(q2=consts["q1"], s2=consts["s1"])
+    feeds = {"x": randn(3, 32), "router": randn(3, 2)}
+    node = helper.make_node("QMoE", ["x", "router", "q1", "s1", "", "q2", "s2"], ["y"], domain=MS, expert_weight_bits=8, block_size=32, k=1)
+    assert_on_cpu(make_session(ms_model([node], feeds, ["y"], consts=consts), mlx=True), ["QMoE"])

@@ -366,3 +366,53 @@ fn dynamic_quantize_matmul_quantizes_a_then_accumulates() {
     g.init_f32("sb2", &[2, 2], &[0.1; 4]);
     declined(&g, n, "scalar or 1-D");
 }
+
+// ---------------------------------------------------------------------------------------------
+// MoE / QMoE
+
+fn qmoe(bits: i64, block: i64) -> (G, usize) {
+    let (e, h, i) = (2i64, 32i64, 32i64);
+    let per = 8 / bits;
+    let mut g = g();
+    g.input("x", DataType::Float, &[-1, h]);
+    g.input("router", DataType::Float, &[-1, e]);
+    g.init("q1", u8_tensor(&[e, i, h / per]));
+    g.init("q2", u8_tensor(&[e, h, i / per]));
+    let nb = if block > 0 { h / block } else { 1 };
+    let sd: &[i64] = if block > 0 { &[e, i, nb] } else { &[e, i] };
+    let n = (e * i * nb) as usize;
+    g.init_f32("s1", sd, &vec![0.01; n])
+        .init_f32("s2", sd, &vec![0.02; n]);
+    g.output_any("y", DataType::Float);
+    let node = ms(
+        &mut g,
+        "QMoE",
+        &["x", "router", "q1", "s1", "", "q2", "s2"],
+        &["y"],
+    );
+    attr(&mut g, node, "expert_weight_bits", int(bits));
+    attr(&mut g, node, "k", int(1));
+    if block > 0 {
+        attr(&mut g, node, "block_size", int(block));
+    }
+    (g, node)
+}
+
+#[test]
+fn qmoe_dequantizes_at_plan_time() {
+    for (bits, block) in [(4, 0), (8, 0), (4, 16)] {
+        let (g, _) = qmoe(bits, block);
+        let p = plan_of(&g.build());
+        // two batched expert matmuls over float weights, routing by a sort of the router
+        assert_eq!(count(&p, |s| matches!(s, Step::MatMul { .. })), 2);
+        assert_eq!(count(&p, |s| matches!(s, Step::ArgSort { .. })), 1);
+        assert!(
+            p.constants
+                .iter()
+                .any(|(_, t)| t.dtype == DataType::Float && t.dims == [2, 32, 32]),
+            "bits {bits} block {block}"
+        );
+    }
+    let (g, n) = qmoe(8, 16);
+    declined(&g, n, "8-bit block-wise");
+}

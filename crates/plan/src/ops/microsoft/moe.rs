@@ -7,8 +7,11 @@
 //! On MLX every expert runs on every token (batched matmuls over the expert axis) and a dense
 //! `[tokens, experts]` weight matrix, zero off the chosen experts, combines them: exact in
 //! what it selects and weighs, with the sum taken in another order.
+//!
+//! QMoE's constant int4/int8 expert weights (`w = (q - zero_point) * scale`, per row or per
+//! block along K, packed low bits first) are dequantized at plan time and take the same path.
 
-use onnx_ir::{DataType, Node};
+use onnx_ir::{DataType, Node, TensorData};
 
 use super::*;
 use crate::decline;
@@ -20,6 +23,8 @@ use crate::step::{BinaryOp as B, ReduceAxes, ReduceOp, UnaryOp as U};
 pub fn register(r: &mut Registry) {
     r.op(MS, "MoE", 1, 1, claim_moe, lower_moe)
         .notes("top-k of the router softmax, `normalize_routing_weights`; relu, gelu (tanh), silu, identity, and swiglu interleaved (`swiglu_fusion=1`, alpha/beta/limit); every expert computed densely; no FC3 or sparse mixer (as ORT's CPU kernel)");
+    r.op(MS, "QMoE", 1, 1, claim_qmoe, lower_qmoe)
+        .notes("float32; `quant_type` int with 4 or 8 bits, constant weights, per-row or block-wise scales (block_size >= 16) and optional zero points, dequantized at plan time; routing weights always renormalised over the top k, as ORT 1.31's CPU kernel does; activations as MoE; no FC3, `router_weights`, FP4/FP8 or 8-bit block-wise weights (ORT's CPU kernel departs from the formula there)");
 }
 
 const X: usize = 0;
@@ -201,9 +206,24 @@ fn activate(ctx: &mut LowerCtx, h: Slot, act: Act, dt: DataType) -> Result<Slot,
 
 fn lower_moe(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     let dt = ctx.input_dtype(node, X)?;
+    let a = moe_attrs(node).or_invalid(node)?;
+    let ws = [ctx.input(node, FC1)?, ctx.input(node, FC2)?];
+    let bs = [ctx.opt_input(node, FC1_B)?, ctx.opt_input(node, FC2_B)?];
+    experts_ffn(ctx, node, &a, ws, bs, dt)
+}
+
+/// The routed sum of the experts' FFNs; `ws` are fc1 `[E, F, H]` and fc2 `[E, H, I]` weights
+/// of dtype `dt`, `bs` their optional `[E, n]` biases.
+fn experts_ffn(
+    ctx: &mut LowerCtx,
+    node: &Node,
+    a: &MoeAttrs,
+    mut ws: [Slot; 2],
+    mut bs: [Option<Slot>; 2],
+    dt: DataType,
+) -> Result<(), PlanError> {
     let cdt = compute_dtype(dt);
     let i64_ = DataType::Int64;
-    let a = moe_attrs(node).or_invalid(node)?;
     let x = ctx.input(node, X)?;
     let router = ctx.input(node, ROUTER)?;
     // routing: softmax over the experts, the last k of a stable ascending sort (ties to the
@@ -223,10 +243,9 @@ fn lower_moe(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
         out: order,
     });
     // router_probs and the weights must agree on the experts (broadcasting would hide it)
-    let experts_w = ctx.input(node, FC1)?;
     let ew = ctx.temp(i64_);
     ctx.push(Step::Shape {
-        x: experts_w,
+        x: ws[0],
         start: 0,
         end: Some(1),
         out: ew,
@@ -281,12 +300,10 @@ fn lower_moe(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     // experts over every token: [T, H] @ [E, H, F] -> [E, T, F]
     let x2 = reshape(ctx, x, crate::step::ReshapeTarget::Flatten { axis: -1 }, dt);
     let x2 = ctx.cast(x2, dt, cdt);
-    let mut ws = [ctx.input(node, FC1)?, ctx.input(node, FC2)?];
     for w in &mut ws {
         let c = ctx.cast(*w, dt, cdt);
         *w = transpose(ctx, c, &[0, 2, 1], cdt);
     }
-    let mut bs = [ctx.opt_input(node, FC1_B)?, ctx.opt_input(node, FC2_B)?];
     for b in bs.iter_mut().flatten() {
         *b = ctx.cast(*b, dt, cdt);
     }
@@ -335,4 +352,234 @@ fn iota(ctx: &mut LowerCtx, probs: Slot) -> Slot {
         out,
     });
     out
+}
+
+// ---------------------------------------------------------------------------------------------
+// QMoE.
+
+const Q_FC1_SCALES: usize = 3;
+const Q_FC1_B: usize = 4;
+const Q_FC2: usize = 5;
+const Q_FC2_SCALES: usize = 6;
+const Q_FC2_B: usize = 7;
+const Q_FC1_ZP: usize = 11;
+const Q_FC2_ZP: usize = 12;
+
+/// QMoE's quantization: bits of FC1 and FC2, and the block size along K (0: per row).
+fn qmoe_quant(node: &Node) -> Result<(usize, usize), String> {
+    if let Some(q) = attr_str(node, "quant_type")?
+        && q != "int"
+    {
+        return Err(format!("QMoE: quant_type '{q}' is not claimed"));
+    }
+    let bits = attr_int(node, "expert_weight_bits")?.unwrap_or(4);
+    for a in ["fc1_expert_weight_bits", "fc2_expert_weight_bits"] {
+        if attr_int(node, a)?.is_some_and(|b| b != bits) {
+            return Err(format!(
+                "QMoE: {a} other than expert_weight_bits is not claimed"
+            ));
+        }
+    }
+    if bits != 4 && bits != 8 {
+        return Err(format!(
+            "QMoE: {bits}-bit weights are not claimed (4 and 8 are)"
+        ));
+    }
+    let block = attr_int(node, "block_size")?.unwrap_or(0);
+    if block != 0 && (block < 16 || block & (block - 1) != 0) {
+        return Err(format!(
+            "QMoE: block_size={block} must be a power of 2, at least 16"
+        ));
+    }
+    Ok((bits as usize, block as usize))
+}
+
+fn claim_qmoe(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
+    ctx.expect_dtype(node, X, &[DataType::Float])?;
+    ctx.expect_dtype(node, ROUTER, &[DataType::Float])?;
+    let (bits, block) = qmoe_quant(node).or_decline()?;
+    for (i, what) in [
+        (8, "fc3_experts_weights"),
+        (9, "fc3_scales"),
+        (10, "fc3_experts_bias"),
+        (13, "fc3_zero_points"),
+        (14, "router_weights"),
+        (15, "fc1_global_scale"),
+        (16, "fc2_global_scale"),
+        (17, "fc1_act_scale"),
+        (18, "fc2_act_scale"),
+        (19, "fc1_act_block_scale"),
+        (20, "fc2_act_block_scale"),
+    ] {
+        no_input(node, i, what)?;
+    }
+    if attr_int(node, "use_sparse_mixer")
+        .or_decline()?
+        .unwrap_or(0)
+        != 0
+    {
+        decline!("QMoE: use_sparse_mixer is not claimed");
+    }
+    if attr_int(node, "weights_prepacked")
+        .or_decline()?
+        .unwrap_or(-1)
+        == 1
+    {
+        decline!("QMoE: prepacked weights are not claimed");
+    }
+    if block > 0 && bits == 4 && attr_int(node, "accuracy_level").or_decline()?.unwrap_or(0) >= 4 {
+        decline!("QMoE: accuracy_level 4 (int8 activations in ORT's CPU kernel) is not claimed");
+    }
+    if block > 0 && bits == 8 {
+        decline!(
+            "QMoE: 8-bit block-wise weights are not claimed (measured: ORT's CPU kernel differs from the dequantization formula by ~0.5% there)"
+        );
+    }
+    let a = moe_attrs(node).or_decline()?;
+    for i in [Q_FC1_B, Q_FC2_B] {
+        if node.input(i).is_some() {
+            ctx.expect_dtype(node, i, &[DataType::Float])?;
+        }
+    }
+    for i in [2, Q_FC1_SCALES, Q_FC2, Q_FC2_SCALES, Q_FC1_ZP, Q_FC2_ZP] {
+        if let Some(name) = node.input(i)
+            && ctx.constant(name).is_none()
+        {
+            decline!("QMoE: input {i} must be a constant initializer");
+        }
+    }
+    let r = ctx.expect_rank(node, X)?;
+    if r != 2 && r != 3 {
+        decline!("QMoE: the input must be 2-D or 3-D");
+    }
+    let Some(hidden) = last_dim(ctx, node, X) else {
+        decline!("QMoE: the hidden size is unknown");
+    };
+    let fusion = if matches!(a.act, Act::SwiGlu { .. }) {
+        2
+    } else {
+        1
+    };
+    let Some(q1) = node.input(2).and_then(|n| ctx.constant(n)) else {
+        decline!("QMoE: fc1 weights must be a constant initializer");
+    };
+    let Some(q2) = node.input(Q_FC2).and_then(|n| ctx.constant(n)) else {
+        decline!("QMoE: fc2 weights must be a constant initializer");
+    };
+    if q1.dims.len() != 3
+        || q2.dims.len() != 3
+        || q1.dtype != DataType::Uint8
+        || q2.dtype != DataType::Uint8
+    {
+        decline!("QMoE: the expert weights must be 3-D uint8");
+    }
+    let (e, f1) = (q1.dims[0], q1.dims[1]);
+    let inter = f1 / fusion;
+    let per = (8 / bits) as i64;
+    if f1 % fusion != 0
+        || q1.dims[2] * per != hidden
+        || q2.dims != [e, hidden, inter / per]
+        || inter % per != 0
+    {
+        decline!("QMoE: the expert weight shapes do not match the hidden and inter sizes");
+    }
+    if block > 0 && (hidden % block as i64 != 0 || inter % block as i64 != 0) {
+        decline!("QMoE: block_size must divide the hidden and inter sizes");
+    }
+    if a.k < 1 || a.k > e {
+        decline!("QMoE: k={} is not in [1, {e}]", a.k);
+    }
+    for (w, s, z) in [(2, Q_FC1_SCALES, Q_FC1_ZP), (Q_FC2, Q_FC2_SCALES, Q_FC2_ZP)] {
+        let c = |i: usize| node.input(i).and_then(|n| ctx.constant(n));
+        dequantized(c(w), c(s), c(z), bits, block).or_decline()?;
+    }
+    Ok(())
+}
+
+/// Expert weights `[E, N, K]` (float32) from the packed `q`, its scales and zero points.
+fn dequantized(
+    q: Option<&TensorData>,
+    scales: Option<&TensorData>,
+    zp: Option<&TensorData>,
+    bits: usize,
+    block: usize,
+) -> Result<TensorData, String> {
+    let q = q.ok_or("QMoE: the expert weights are not constant")?;
+    let (e, n) = (q.dims[0] as usize, q.dims[1] as usize);
+    let row = q.dims[2] as usize;
+    let k = row * 8 / bits;
+    let blocks = k.checked_div(block).unwrap_or(1);
+    let scales = scales.ok_or("QMoE: the scales are missing or not constant")?;
+    if scales.numel() as usize != e * n * blocks {
+        return Err(format!(
+            "QMoE: the scales must hold {} values",
+            e * n * blocks
+        ));
+    }
+    let scales = scales.to_f64_vec().ok_or("QMoE: unreadable scales")?;
+    let zp_row = if block > 0 {
+        (blocks * bits).div_ceil(8)
+    } else {
+        (n * bits).div_ceil(8)
+    };
+    if let Some(t) = zp
+        && (t.dtype != DataType::Uint8
+            || t.numel() as usize
+                != if block > 0 {
+                    e * n * zp_row
+                } else {
+                    e * zp_row
+                })
+    {
+        return Err("QMoE: the zero points have the wrong type or size".into());
+    }
+    let default = (1u32 << (bits - 1)) as f32;
+    let mut out = Vec::with_capacity(e * n * k);
+    for ei in 0..e {
+        for ni in 0..n {
+            let bytes = &q.bytes[(ei * n + ni) * row..(ei * n + ni + 1) * row];
+            for ki in 0..k {
+                let b = ki.checked_div(block).unwrap_or(0);
+                let zero = match zp {
+                    None => default,
+                    Some(t) if block > 0 => {
+                        let r = (ei * n + ni) * zp_row;
+                        super::quant::unpack(&t.bytes[r..r + zp_row], bits, b) as f32
+                    }
+                    Some(t) => {
+                        super::quant::unpack(&t.bytes[ei * zp_row..(ei + 1) * zp_row], bits, ni)
+                            as f32
+                    }
+                };
+                let scale = scales[(ei * n + ni) * blocks + b] as f32;
+                let v = super::quant::unpack(bytes, bits, ki) as f32;
+                out.push((v - zero) * scale);
+            }
+        }
+    }
+    Ok(TensorData::from_f32(
+        vec![e as i64, n as i64, k as i64],
+        &out,
+    ))
+}
+
+fn lower_qmoe(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
+    let (bits, block) = qmoe_quant(node).or_invalid(node)?;
+    let mut a = moe_attrs(node).or_invalid(node)?;
+    // ORT 1.31's CPU kernel renormalises the top-k weights whatever the attribute says.
+    a.normalize = true;
+    let mut ws = Vec::with_capacity(2);
+    for (w, s, z) in [(2, Q_FC1_SCALES, Q_FC1_ZP), (Q_FC2, Q_FC2_SCALES, Q_FC2_ZP)] {
+        let t = dequantized(
+            ctx.const_input(node, w),
+            ctx.const_input(node, s),
+            ctx.const_input(node, z),
+            bits,
+            block,
+        )
+        .or_invalid(node)?;
+        ws.push(ctx.constant_from(node.input(w).unwrap_or(""), t));
+    }
+    let bs = [ctx.opt_input(node, Q_FC1_B)?, ctx.opt_input(node, Q_FC2_B)?];
+    experts_ffn(ctx, node, &a, [ws[0], ws[1]], bs, DataType::Float)
 }
