@@ -1,6 +1,6 @@
 """End to end: a BERT written as PyTorch exports it (``bert_model.bert``), fused by ORT's
-transformer optimizer into EmbedLayerNormalization, Attention, SkipLayerNormalization and
-BiasGelu / FastGelu, runs with every node on the MLX EP and matches ORT's CPU EP."""
+transformer optimizer into EmbedLayerNormalization, Attention (or MultiHeadAttention),
+SkipLayerNormalization and BiasGelu / FastGelu, runs with every node on the MLX EP and matches ORT's CPU EP."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ VARIANTS = {
     "raw-mask": {"raw_mask": True},
     "fast-gelu": {"enable_gelu_approximation": True},
     "no-embed-fusion": {"enable_embed_layer_norm": False},
+    "multi-head-attention": {"use_multi_head_attention": True},
 }
 
 
@@ -31,7 +32,8 @@ def model():
 def test_optimized_bert(model, variant, shape):
     opt = optimized_bert(model, HEADS, HIDDEN, **VARIANTS[variant])
     ops = collections.Counter(n.op_type for n in opt.graph.node if n.domain == "com.microsoft")
-    assert ops["Attention"] == 2, ops  # the optimizer fused what it should
+    attention = "MultiHeadAttention" if VARIANTS[variant].get("use_multi_head_attention") else "Attention"
+    assert ops[attention] == 2, ops  # the optimizer fused what it should
     assert ops["SkipLayerNormalization"] == 4, ops
     if variant != "no-embed-fusion":
         assert ops["EmbedLayerNormalization"] == 1, ops
