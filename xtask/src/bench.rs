@@ -14,8 +14,11 @@ pub fn run(args: &[String]) -> Result<()> {
         Some("llm") => crate::bench_llm::run(&args[1..]),
         Some("overhead") => overhead(&args[1..]),
         Some("startup") => startup(&args[1..]),
-        Some(other) => bail!("unknown benchmark `{other}`; known: gemm, llm, overhead, startup"),
-        None => bail!("usage: cargo xtask bench <gemm|llm|overhead|startup>"),
+        Some("bert") => bert(&args[1..]),
+        Some(other) => {
+            bail!("unknown benchmark `{other}`; known: bert, gemm, llm, overhead, startup")
+        }
+        None => bail!("usage: cargo xtask bench <bert|gemm|llm|overhead|startup>"),
     }
 }
 
@@ -92,6 +95,29 @@ fn startup(args: &[String]) -> Result<()> {
             .arg("--json")
             .arg(&out)
             .args(args)
+            .current_dir(&root)
+            .env(crate::test::EP_LIBRARY_VAR, &lib)
+            .env("PYTHONDONTWRITEBYTECODE", "1"),
+    )
+}
+
+/// A BERT fused by ORT's transformer optimizer (EmbedLayerNormalization, Attention,
+/// SkipLayerNormalization, BiasGelu) on ORT's CPU EP and on the MLX EP, outputs checked to
+/// agree (`tests/python/bench_bert.py`); extra arguments go to the script (`--shapes`,
+/// `--layers`, `--hidden`, `--heads`, `--budget-ms`, `--device`).
+fn bert(args: &[String]) -> Result<()> {
+    let venvs = setup::run(Scope::Only(LATEST_ORT))?;
+    let venv = &venvs[0];
+    let lib = crate::build::run()?;
+    let out = target_dir().join("bench").join("bert.json");
+    banner("bench bert: an ORT-optimized BERT, CPU EP vs MLX EP");
+    let root = crate::util::workspace_root();
+    run_cmd(
+        Command::new(venv.python())
+            .arg(root.join("tests").join("python").join("bench_bert.py"))
+            .args(["--json"])
+            .arg(&out)
+            .args(args.iter().filter(|a| *a != "--"))
             .current_dir(&root)
             .env(crate::test::EP_LIBRARY_VAR, &lib)
             .env("PYTHONDONTWRITEBYTECODE", "1"),

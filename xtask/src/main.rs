@@ -6,7 +6,7 @@
 //! cargo xtask demo         setup + build, then run a small encoder with the MLX EP vs the CPU EP
 //! cargo xtask test         setup + build, cargo test --workspace, then pytest against every pinned ORT
 //! cargo xtask conformance  ONNX's backend node suite through ORT with the MLX EP, per-case report
-//! cargo xtask bench gemm | llm | overhead
+//! cargo xtask bench bert | gemm | llm | overhead
 //! ```
 //!
 //! Only std and `anyhow`: this binary is built on every `cargo xtask` call, so it stays small.
@@ -70,6 +70,9 @@ commands:
       --jobs <n>        worker processes (default: the CPU count)
       --timeout <s>     seconds per case before its worker is killed (default 60)
       --verbose         print every failing case as it ends
+  bench bert [args]     a BERT fused by ORT's transformer optimizer (Attention,
+                        EmbedLayerNormalization, ...): CPU EP vs MLX EP, outputs checked
+                        (target/bench/bert.json; args go to tests/python/bench_bert.py)
   bench gemm            a 1024^3 float32 matmul: MLX vs the system BLAS (target/bench/gemm.json)
   bench llm [-- args]   Llama-style decoders (GQA, RoPE, RMSNorm; float32 and 4-bit MatMulNBits):
                         128-token prefill + 64 greedy steps, CPU EP vs MLX EP, tokens checked

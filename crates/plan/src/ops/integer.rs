@@ -45,14 +45,14 @@ pub fn register(r: &mut Registry) {
 /// Which operand a quantization parameter belongs to: A's are per row, B's per column; a
 /// `Scalar` one is per tensor.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Side {
+pub(crate) enum Side {
     A,
     B,
     Scalar,
 }
 
 /// A value's declared shape (a constant's dims when it is one).
-fn claim_shape(ctx: &ClaimCtx, name: &str) -> Option<Vec<Dim>> {
+pub(crate) fn claim_shape(ctx: &ClaimCtx, name: &str) -> Option<Vec<Dim>> {
     if let Some(t) = ctx.constant(name) {
         return Some(t.dims.iter().map(|&d| Dim::Fixed(d)).collect());
     }
@@ -60,7 +60,7 @@ fn claim_shape(ctx: &ClaimCtx, name: &str) -> Option<Vec<Dim>> {
 }
 
 /// The reduction length of `a @ b` from either operand's shape.
-fn matmul_k(a: Option<Vec<Dim>>, b: Option<Vec<Dim>>) -> Option<i64> {
+pub(crate) fn matmul_k(a: Option<Vec<Dim>>, b: Option<Vec<Dim>>) -> Option<i64> {
     let from_a = a.and_then(|s| s.last().and_then(Dim::fixed));
     let from_b = b.and_then(|s| {
         let i = if s.len() >= 2 { s.len() - 2 } else { 0 };
@@ -79,7 +79,7 @@ fn chunks(k: i64, chunk: i64) -> Vec<i64> {
 }
 
 /// Input `i` must be absent, a scalar, or a one-element 1-D tensor.
-fn claim_scalar_param(ctx: &ClaimCtx, node: &Node, i: usize) -> Result<(), Decline> {
+pub(crate) fn claim_scalar_param(ctx: &ClaimCtx, node: &Node, i: usize) -> Result<(), Decline> {
     let Some(name) = node.input(i) else {
         return Ok(());
     };
@@ -96,7 +96,7 @@ fn claim_scalar_param(ctx: &ClaimCtx, node: &Node, i: usize) -> Result<(), Decli
 
 /// A matmul quantization parameter (input `i`) laid out per tensor, per row of A / column of
 /// B (1-D), or with the operand's rank (`[..., M, 1]` / `[..., 1, N]`).
-fn claim_matmul_param(
+pub(crate) fn claim_matmul_param(
     ctx: &ClaimCtx,
     node: &Node,
     i: usize,
@@ -115,7 +115,7 @@ fn claim_matmul_param(
 }
 
 /// Checks the operand types and ranks of a matmul (A at `a`, B at `b`) and that K is known.
-fn claim_matmul_operands(
+pub(crate) fn claim_matmul_operands(
     ctx: &ClaimCtx,
     node: &Node,
     a: usize,
@@ -140,7 +140,12 @@ fn claim_matmul_operands(
 }
 
 /// Input `zp` must be absent or of input `x`'s type.
-fn claim_zero_point_type(ctx: &ClaimCtx, node: &Node, x: usize, zp: usize) -> Result<(), Decline> {
+pub(crate) fn claim_zero_point_type(
+    ctx: &ClaimCtx,
+    node: &Node,
+    x: usize,
+    zp: usize,
+) -> Result<(), Decline> {
     if let Some(name) = node.input(zp)
         && ctx.dtype(name) != ctx.dtype(node.input(x).unwrap_or(""))
     {
@@ -206,7 +211,7 @@ fn scalar_input(ctx: &mut LowerCtx, node: &Node, i: usize) -> Result<Slot, PlanE
 /// Quantization parameter `i` as float32, laid out to broadcast against its operand: a 1-D
 /// per-row parameter of A becomes `[M, 1]`, one of A or `Scalar` of unknown rank a scalar;
 /// everything else broadcasts as it is.
-fn param_f32(
+pub(crate) fn param_f32(
     ctx: &mut LowerCtx,
     node: &Node,
     i: usize,
@@ -238,7 +243,7 @@ fn param_f32(
 }
 
 /// Input `x` as float32 less its zero point `zp`: integers in [-255, 255].
-fn centered(
+pub(crate) fn centered(
     ctx: &mut LowerCtx,
     node: &Node,
     x: usize,
@@ -277,7 +282,7 @@ fn sum_i32(ctx: &mut LowerCtx, parts: Vec<Slot>) -> Slot {
 
 /// `a @ b` accumulated exactly in int32 from float32 operands holding integers in
 /// [-255, 255], K split into chunks of at most [`CHUNK`].
-fn exact_matmul(ctx: &mut LowerCtx, a: Slot, b: Slot, b_rank: usize, k: i64) -> Slot {
+pub(crate) fn exact_matmul(ctx: &mut LowerCtx, a: Slot, b: Slot, b_rank: usize, k: i64) -> Slot {
     let f = DataType::Float;
     let mm = |ctx: &mut LowerCtx, a: Slot, b: Slot| {
         let out = ctx.temp(f);
@@ -295,7 +300,7 @@ fn exact_matmul(ctx: &mut LowerCtx, a: Slot, b: Slot, b_rank: usize, k: i64) -> 
 }
 
 /// The int32 product of inputs `a` and `b` less their zero points `azp` and `bzp`.
-fn matmul_acc(
+pub(crate) fn matmul_acc(
     ctx: &mut LowerCtx,
     node: &Node,
     (a, azp): (usize, usize),

@@ -343,9 +343,13 @@ fn lower_dequantize(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     ctx.finish(node, 0, y, out_dt)
 }
 
-fn lower_dynamic(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
+/// DynamicQuantizeLinear of the float32 `x`: `(y, scale, zero_point)`, `y` uint8 and the zero
+/// point as a float32 scalar holding an integer in [0, 255].
+pub(crate) fn dynamic_quantize(
+    ctx: &mut LowerCtx,
+    x: Slot,
+) -> Result<(Slot, Slot, Slot), PlanError> {
     let f = DataType::Float;
-    let x = ctx.input(node, 0)?;
     let reduce = |ctx: &mut LowerCtx, op: ReduceOp| {
         let out = ctx.temp(f);
         ctx.push(Step::Reduce {
@@ -384,6 +388,13 @@ fn lower_dynamic(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     let izp = ctx.binary(B::Minimum, izp, qmax, f);
     let zpf = ctx.unary(U::Round, izp, f);
     let y = quantize_f32(ctx, x, scale, Some(zpf), DataType::Uint8)?;
+    Ok((y, scale, zpf))
+}
+
+fn lower_dynamic(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
+    let f = DataType::Float;
+    let x = ctx.input(node, 0)?;
+    let (y, scale, zpf) = dynamic_quantize(ctx, x)?;
     let zp = ctx.cast(zpf, f, DataType::Uint8);
     ctx.finish(node, 0, y, DataType::Uint8)?;
     ctx.finish(node, 1, scale, f)?;

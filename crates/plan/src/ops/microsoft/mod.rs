@@ -9,10 +9,14 @@ use crate::registry::ClaimCtx;
 use crate::step::{ReshapeTarget, ShapeSource, SliceSpec};
 
 pub mod attention;
+pub mod bert;
 pub mod gelu;
+pub mod matmul;
+pub mod moe;
 pub mod norm;
 pub mod quant;
 pub mod rotary;
+pub mod unet;
 
 /// The `com.microsoft` domain.
 pub(crate) const MS: &str = "com.microsoft";
@@ -23,6 +27,10 @@ pub fn register(r: &mut Registry) {
     gelu::register(r);
     rotary::register(r);
     attention::register(r);
+    bert::register(r);
+    matmul::register(r);
+    unet::register(r);
+    moe::register(r);
     quant::register(r);
 }
 

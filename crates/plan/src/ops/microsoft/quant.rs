@@ -68,7 +68,7 @@ pub(crate) enum ZeroPoints<'a> {
 }
 
 /// Element `i` of values packed `bits` wide, low bits first.
-fn unpack(bytes: &[u8], bits: usize, i: usize) -> u32 {
+pub(crate) fn unpack(bytes: &[u8], bits: usize, i: usize) -> u32 {
     let per = 8 / bits;
     let byte = bytes[i / per];
     ((byte >> ((i % per) * bits)) as u32) & ((1u32 << bits) - 1)
