@@ -3,7 +3,7 @@
 //!
 //! Every block handed out is an evaluated MLX array, kept in a process-wide registry keyed by
 //! its data pointer for as long as the allocation lives. A run whose input lies in a block binds
-//! a view of that array instead of copying the bytes ([`bind_input`]), and a run's output can
+//! a view of that array instead of copying the bytes (`bind_input`), and a run's output can
 //! *become* the block ORT allocates for it: [`offer_output`] arms the calling thread with the
 //! computed array, and the next [`alloc`] of exactly its size on that thread returns the array's
 //! own buffer ([`withdraw_offer`] disarms it). So a tensor that stays in this memory (a KV cache

@@ -8,7 +8,7 @@
 //! so after `depth` levels each (row, tree) pair sits on its leaf. Leaf weights are gathered
 //! from a `[nodes, targets]` table and aggregated over the trees in tree order, one add per
 //! tree (ORT's scalar order, so sums round as ORT's do when ORT itself does not split the trees
-//! across threads; beyond [`super::MAX_SEQUENTIAL`] trees an MLX sum is used).
+//! across threads; beyond 512 trees an MLX sum is used).
 //!
 //! ORT's scoring rules are kept: a target or class no leaf gave a weight to outputs 0, one
 //! target ignores every post transform but PROBIT, a two-class classifier follows ORT's
