@@ -598,6 +598,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--ep-option", action="append", default=[], metavar="KEY=VALUE", help="an MLX EP option, e.g. device=gpu (repeatable)")
     args = parser.parse_args(argv)
+    if args.iobinding:
+        # IOBinding to the EP's memory needs it declared (opt-in, read when the library loads).
+        os.environ.setdefault("ORTMLX_DEVICE_MEMORY", "1")
     if not args.bench:
         parser.print_help()
         return 0

@@ -29,18 +29,17 @@ pub const MLX_VENDOR_ID: u32 = 0x4D4C;
 /// The name of the EP's memory info.
 pub const MEMORY_NAME: &CStr = c"MLX";
 
-/// Environment switch: `ORTMLX_DEVICE_MEMORY=0` declares no device memory (every value then
-/// lives in ORT's CPU memory and each run copies its inputs and outputs, as before).
+/// Environment switch: `ORTMLX_DEVICE_MEMORY=1` declares the EP's device memory (allocator,
+/// data transfer, zero-copy inputs and outputs). Off by default for now: with it, a model whose
+/// control-flow nodes (`If`) stay on ORT's CPU EP while MLX runs nodes of their branches gave
+/// wrong outputs (the ONNX suite's `affine_grid_*_expanded` cases); without it every value
+/// lives in ORT's CPU memory and each run copies its inputs and outputs.
 pub const DEVICE_MEMORY_VAR: &str = "ORTMLX_DEVICE_MEMORY";
 
 /// Whether the EP declares its device memory (see [`DEVICE_MEMORY_VAR`]).
 pub fn enabled() -> bool {
-    !std::env::var(DEVICE_MEMORY_VAR).is_ok_and(|v| {
-        matches!(
-            v.to_ascii_lowercase().as_str(),
-            "0" | "off" | "false" | "no"
-        )
-    })
+    std::env::var(DEVICE_MEMORY_VAR)
+        .is_ok_and(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "on" | "true" | "yes"))
 }
 
 /// Creates the EP's memory info (released by the caller with `ReleaseMemoryInfo`).

@@ -116,9 +116,10 @@ pub const ENV_VARS: &[EnvVar] = &[
         name: "ORTMLX_DEVICE_MEMORY",
         scope: EnvScope::Library,
         read_by: "ortmlx-ep",
-        meaning: "`0`: declare no MLX device memory (no allocator, no data transfer): every \
-                  value lives in ORT's CPU memory and each run copies its inputs in and its \
-                  outputs out (see \"Device memory and IOBinding\")",
+        meaning: "`1`: declare the EP's MLX device memory (allocator, data transfer, zero-copy \
+                  inputs and outputs, IOBinding of the KV cache; see \"Device memory and \
+                  IOBinding\"). Off by default: a known bug gives wrong outputs when `If` \
+                  nodes stay on ORT's CPU EP around MLX nodes of their branches",
     },
     EnvVar {
         name: "ORTMLX_CPU_QUANTIZED_MATMUL",
