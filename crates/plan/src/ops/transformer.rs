@@ -5,7 +5,7 @@ use onnx_ir::{DataType, Dim, Node};
 use super::*;
 use crate::decline;
 use crate::registry::ClaimCtx;
-use crate::step::{BinaryOp as B, ReshapeTarget, ShapeSource, SliceSpec};
+use crate::step::{BinaryOp as B, ReduceOp, ReshapeTarget, ShapeSource, SliceSpec, UnaryOp};
 
 /// Registers the transformer family.
 #[rustfmt::skip]
@@ -30,6 +30,75 @@ fn same_dim(a: &Dim, b: &Dim) -> bool {
     }
 }
 
+/// The resolved attributes and input forms of an ONNX `Attention` node.
+struct AttentionForm {
+    /// Input rank (3 or 4).
+    rank: usize,
+    /// `q_num_heads` / `kv_num_heads` (0 when absent).
+    qh: i64,
+    kvh: i64,
+    /// `is_causal`.
+    causal: bool,
+    /// `softcap` (`0`: none).
+    softcap: f32,
+    /// `qk_matmul_output_mode` when output 3 is requested.
+    qk_mode: Option<i64>,
+    /// MLX's bottom-right causal mask agrees with ORT's (new key length == query length).
+    causal_fast: bool,
+}
+
+impl AttentionForm {
+    /// The fused `AttentionEx` step computes the node exactly: no scores output, no
+    /// `nonpad_kv_seqlen`, and causal masking (if any) MLX can do alone.
+    fn fast(&self, node: &Node) -> bool {
+        self.qk_mode.is_none()
+            && node.input(6).is_none()
+            && !(self.causal && (node.input(3).is_some() || !self.causal_fast))
+    }
+}
+
+fn attention_form(
+    node: &Node,
+    q: Option<Vec<Dim>>,
+    k: Option<Vec<Dim>>,
+    rank: usize,
+) -> Result<AttentionForm, String> {
+    let qh = attr_int(node, "q_num_heads")?.unwrap_or(0);
+    let kvh = attr_int(node, "kv_num_heads")?.unwrap_or(0);
+    let causal = attr_int(node, "is_causal")?.unwrap_or(0) != 0;
+    let softcap = attr_float(node, "softcap")?.unwrap_or(0.0).max(0.0);
+    let qk_mode = match node.output(3) {
+        Some(_) => Some(attr_int(node, "qk_matmul_output_mode")?.unwrap_or(0)),
+        None => None,
+    };
+    let seq_axis = if rank == 3 { 1 } else { 2 };
+    let causal_fast = matches!((q, k), (Some(q), Some(k))
+        if q.len() == rank && k.len() == rank && same_dim(&q[seq_axis], &k[seq_axis]));
+    Ok(AttentionForm {
+        rank,
+        qh,
+        kvh,
+        causal,
+        softcap,
+        qk_mode,
+        causal_fast,
+    })
+}
+
+/// Query and key-value head counts, when known at plan time.
+fn head_counts(
+    form: &AttentionForm,
+    q: &Option<Vec<Dim>>,
+    k: &Option<Vec<Dim>>,
+) -> Option<(i64, i64)> {
+    if form.rank == 3 {
+        return Some((form.qh, form.kvh));
+    }
+    let hq = q.as_ref()?.get(1)?.fixed()?;
+    let hkv = k.as_ref()?.get(1)?.fixed()?;
+    Some((hq, hkv))
+}
+
 fn claim_attention(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
     let dt = same_dtypes(ctx, node, 0..3, FLOATS)?;
     let rank = ctx.expect_rank(node, 0)?;
@@ -41,13 +110,14 @@ fn claim_attention(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
     if rank != 3 && rank != 4 {
         decline!("Attention: rank-{rank} inputs are invalid");
     }
-    let qh = attr_int(node, "q_num_heads").or_decline()?;
-    let kvh = attr_int(node, "kv_num_heads").or_decline()?;
-    if rank == 3 && (qh.is_none() || kvh.is_none()) {
+    let q = dims(ctx, node.input(0).unwrap_or(""));
+    let k = dims(ctx, node.input(1).unwrap_or(""));
+    let form = attention_form(node, q.clone(), k.clone(), rank).or_decline()?;
+    if rank == 3 && (form.qh <= 0 || form.kvh <= 0) {
         decline!("Attention: 3-D inputs need q_num_heads and kv_num_heads");
     }
-    if node.input(6).is_some() {
-        decline!("Attention: nonpad_kv_seqlen is not claimed");
+    if rank == 3 && form.qh % form.kvh != 0 {
+        decline!("Attention: q_num_heads is not a multiple of kv_num_heads");
     }
     if node.input(4).is_some() != node.input(5).is_some() {
         decline!("Attention: past_key and past_value must come together");
@@ -60,35 +130,32 @@ fn claim_attention(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
             }
         }
     }
-    no_output(node, 3, "qk_matmul_output")?;
-    if attr_float(node, "softcap").or_decline()?.unwrap_or(0.0) > 0.0 {
-        decline!("Attention: softcap is not claimed");
+    if node.input(6).is_some() {
+        ctx.expect_dtype(node, 6, &[DataType::Int64])?;
+        if ctx.expect_rank(node, 6)? != 1 {
+            decline!("Attention: nonpad_kv_seqlen must be 1-D");
+        }
+        if node.input(4).is_some() {
+            decline!("Attention: nonpad_kv_seqlen together with a past cache is not claimed");
+        }
     }
-    let mask = node.input(3);
-    if mask.is_some() {
+    if let Some(mode) = form.qk_mode
+        && !(0..=3).contains(&mode)
+    {
+        decline!("Attention: qk_matmul_output_mode {mode} is invalid");
+    }
+    if node.input(3).is_some() {
         let mdt = ctx.input_dtype(node, 3)?;
         if mdt != DataType::Bool && mdt != dt {
             decline!("Attention: a {mdt} mask with {dt} inputs is not claimed");
         }
+        let mrank = ctx.expect_rank(node, 3)?;
+        if !(2..=4).contains(&mrank) {
+            decline!("Attention: a rank-{mrank} attn_mask is invalid (2-D to 4-D)");
+        }
     }
-    let causal = attr_int(node, "is_causal").or_decline()?.unwrap_or(0) != 0;
-    if causal {
-        if mask.is_some() {
-            decline!("Attention: is_causal together with attn_mask is not claimed");
-        }
-        if node.input(4).is_none() {
-            // ONNX aligns the causal mask to the top-left, MLX to the bottom-right: they agree
-            // when the query and key lengths are the same.
-            let seq_axis = if rank == 3 { 1 } else { 2 };
-            let q = dims(ctx, node.input(0).unwrap_or(""));
-            let k = dims(ctx, node.input(1).unwrap_or(""));
-            let same = matches!((q, k), (Some(q), Some(k)) if same_dim(&q[seq_axis], &k[seq_axis]));
-            if !same {
-                decline!(
-                    "Attention: is_causal without a KV cache needs query and key lengths known to be equal"
-                );
-            }
-        }
+    if !form.fast(node) && head_counts(&form, &q, &k).is_none() {
+        decline!("Attention: this form needs the head counts of 4-D Q and K known at plan time");
     }
     if attr_float(node, "scale").or_decline()?.is_none() && head_size(ctx, node, rank).is_none() {
         decline!("Attention: the head size (for the default scale) is unknown");
@@ -127,14 +194,34 @@ fn to_heads(ctx: &mut LowerCtx, x: Slot, heads: i64, dt: DataType) -> Slot {
     t
 }
 
+/// ORT's mask filter value: the lowest finite value of `dt`.
+fn lowest(dt: DataType) -> f64 {
+    match dt {
+        DataType::Float16 => -65504.0,
+        DataType::BFloat16 => -3.389_531_4e38,
+        DataType::Double => f64::MIN,
+        _ => f32::MIN as f64,
+    }
+}
+
+fn onnx_reshape(ctx: &mut LowerCtx, x: Slot, shape: Vec<i64>, dt: DataType) -> Slot {
+    reshape(
+        ctx,
+        x,
+        ReshapeTarget::Onnx {
+            shape: ShapeSource::Static(shape),
+            allowzero: false,
+        },
+        dt,
+    )
+}
+
 fn lower_attention(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     let dt = ctx.input_dtype(node, 0)?;
     let rank = ctx.need_rank(node, 0)?;
-    let qh = attr_int(node, "q_num_heads").or_invalid(node)?.unwrap_or(0);
-    let kvh = attr_int(node, "kv_num_heads")
-        .or_invalid(node)?
-        .unwrap_or(0);
-    let causal = attr_int(node, "is_causal").or_invalid(node)?.unwrap_or(0) != 0;
+    let qd = ctx.shape_of(node.input(0).unwrap_or(""));
+    let kd = ctx.shape_of(node.input(1).unwrap_or(""));
+    let form = attention_form(node, qd.clone(), kd.clone(), rank).or_invalid(node)?;
     let mut q = ctx.input(node, 0)?;
     let mut k = ctx.input(node, 1)?;
     let mut v = ctx.input(node, 2)?;
@@ -144,23 +231,21 @@ fn lower_attention(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
             let Some(last) = ctx
                 .input_fixed_shape(node, 0)
                 .and_then(|s| s.last().copied())
-                .or_else(|| {
-                    ctx.shape_of(node.input(0).unwrap_or(""))
-                        .and_then(|s| s.last().and_then(Dim::fixed))
-                })
+                .or_else(|| qd.as_ref().and_then(|s| s.last().and_then(Dim::fixed)))
             else {
                 crate::plan::invalid!(node, "the head size is unknown");
             };
-            let hs = if rank == 3 { last / qh.max(1) } else { last };
+            let hs = if rank == 3 { last / form.qh.max(1) } else { last };
             (1.0 / (hs as f64).sqrt()) as f32
         }
     };
     if rank == 3 {
-        q = to_heads(ctx, q, qh, dt);
-        k = to_heads(ctx, k, kvh, dt);
-        v = to_heads(ctx, v, kvh, dt);
+        q = to_heads(ctx, q, form.qh, dt);
+        k = to_heads(ctx, k, form.kvh, dt);
+        v = to_heads(ctx, v, form.kvh, dt);
     }
-    if let (Some(pk), Some(pv)) = (ctx.opt_input(node, 4)?, ctx.opt_input(node, 5)?) {
+    let past = ctx.opt_input(node, 4)?;
+    if let (Some(pk), Some(pv)) = (past, ctx.opt_input(node, 5)?) {
         let nk = ctx.temp(dt);
         ctx.push(Step::Concat {
             inputs: vec![pk, k],
@@ -177,16 +262,48 @@ fn lower_attention(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
         v = nv;
     }
     let mask = ctx.opt_input(node, 3)?;
-    let y = ctx.temp(dt);
-    ctx.push(Step::Attention {
-        q,
-        k,
-        v,
-        mask,
-        causal,
-        scale,
-        out: y,
-    });
+    let y = if form.fast(node) {
+        let y = ctx.temp(dt);
+        ctx.push(Step::AttentionEx {
+            q,
+            k,
+            v,
+            mask,
+            causal: form.causal,
+            sinks: None,
+            scale,
+            softcap: form.softcap,
+            out: y,
+        });
+        match mask {
+            // ORT gives zeros for a query whose every key is masked.
+            Some(m) => {
+                let mdt = ctx.input_dtype(node, 3)?;
+                let alive = if mdt == DataType::Bool {
+                    reduce_last(ctx, ReduceOp::Any, m, DataType::Bool)
+                } else {
+                    let mx = reduce_last(ctx, ReduceOp::Max, m, mdt);
+                    let low = ctx.scalar(mdt, lowest(dt))?;
+                    ctx.binary(B::Greater, mx, low, mdt)
+                };
+                let zero = ctx.scalar(dt, 0.0)?;
+                let out = ctx.temp(dt);
+                ctx.push(Step::Where {
+                    cond: alive,
+                    x: y,
+                    y: zero,
+                    out,
+                });
+                out
+            }
+            None => y,
+        }
+    } else {
+        let Some((hq, hkv)) = head_counts(&form, &qd, &kd) else {
+            crate::plan::invalid!(node, "the head counts are unknown");
+        };
+        explicit_attention(ctx, node, &form, [q, k, v], mask, past, (hq, hkv), scale, dt)?
+    };
     let y = if rank == 3 {
         let t = ctx.temp(dt);
         ctx.push(Step::Transpose {
@@ -194,16 +311,7 @@ fn lower_attention(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
             perm: Some(vec![0, 2, 1, 3]),
             out: t,
         });
-        let r = ctx.temp(dt);
-        ctx.push(Step::Reshape {
-            x: t,
-            target: ReshapeTarget::Onnx {
-                shape: ShapeSource::Static(vec![0, 0, -1]),
-                allowzero: false,
-            },
-            out: r,
-        });
-        r
+        onnx_reshape(ctx, t, vec![0, 0, -1], dt)
     } else {
         y
     };
@@ -211,6 +319,214 @@ fn lower_attention(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     // present_key / present_value are the (concatenated) 4-D keys and values.
     ctx.finish(node, 1, k, dt)?;
     ctx.finish(node, 2, v, dt)
+}
+
+fn reduce_last(ctx: &mut LowerCtx, op: ReduceOp, x: Slot, dt: DataType) -> Slot {
+    let out = ctx.temp(dt);
+    ctx.push(Step::Reduce {
+        op,
+        x,
+        axes: crate::step::ReduceAxes::Static(vec![-1]),
+        keepdims: true,
+        out,
+    });
+    out
+}
+
+fn iota(ctx: &mut LowerCtx, like: Slot, axis: i32) -> Slot {
+    let out = ctx.temp(DataType::Int64);
+    ctx.push(Step::Iota {
+        like,
+        axis,
+        dtype: DataType::Int64,
+        out,
+    });
+    out
+}
+
+fn select(ctx: &mut LowerCtx, cond: Slot, x: Slot, y: Slot, dt: DataType) -> Slot {
+    let out = ctx.temp(dt);
+    ctx.push(Step::Where { cond, x, y, out });
+    out
+}
+
+/// ORT's causal keep-mask `[S, T]`: key `t` is visible from query `s` when
+/// `t <= s + past_length`; a one-query step over a past cache sees every key. With
+/// `nonpad_kv_seqlen` (`[B]`, 4-D `lens`) the mask is `[B, 1, S, T]`, aligned to the end of
+/// each batch's valid keys: `t <= s + lens[b] - S`.
+fn causal_keep(
+    ctx: &mut LowerCtx,
+    q: Slot,
+    k: Slot,
+    past: Option<Slot>,
+    lens: Option<Slot>,
+) -> Result<Slot, PlanError> {
+    let rows = iota(ctx, q, 2);
+    let rows = unsqueeze(ctx, rows, 1, DataType::Int64);
+    let cols = iota(ctx, k, 2);
+    if let Some(lens) = lens {
+        let s = ctx.temp(DataType::Int64);
+        ctx.push(Step::Shape {
+            x: q,
+            start: 2,
+            end: Some(3),
+            out: s,
+        });
+        let shifted = ctx.binary(B::Add, cols, s, DataType::Int64);
+        let limit = ctx.binary(B::Add, rows, lens, DataType::Int64);
+        return Ok(ctx.binary(B::LessEqual, shifted, limit, DataType::Int64));
+    }
+    let Some(past) = past else {
+        return Ok(ctx.binary(B::LessEqual, cols, rows, DataType::Int64));
+    };
+    let p = ctx.temp(DataType::Int64);
+    ctx.push(Step::Shape {
+        x: past,
+        start: 2,
+        end: Some(3),
+        out: p,
+    });
+    let limit = ctx.binary(B::Add, rows, p, DataType::Int64);
+    let keep = ctx.binary(B::LessEqual, cols, limit, DataType::Int64);
+    let s = ctx.temp(DataType::Int64);
+    ctx.push(Step::Shape {
+        x: q,
+        start: 2,
+        end: Some(3),
+        out: s,
+    });
+    let one = ctx.scalar(DataType::Int64, 1.0)?;
+    let zero = ctx.scalar(DataType::Int64, 0.0)?;
+    let single = ctx.binary(B::Equal, s, one, DataType::Int64);
+    let has_past = ctx.binary(B::Greater, p, zero, DataType::Int64);
+    let decode = ctx.binary(B::LogicalAnd, single, has_past, DataType::Bool);
+    Ok(ctx.binary(B::LogicalOr, keep, decode, DataType::Bool))
+}
+
+/// Attention step by step, as ORT's CPU kernel computes it: `scale * q k^T`, soft cap, plus
+/// the mask (bool masks and causal positions add the lowest finite value), `nonpad_kv_seqlen`
+/// positions set to that value, softmax (all-masked rows give zeros), times `v`; output 3 is
+/// the scores after the step `qk_matmul_output_mode` names. Computed in float32 for halves.
+#[allow(clippy::too_many_arguments)]
+fn explicit_attention(
+    ctx: &mut LowerCtx,
+    node: &Node,
+    form: &AttentionForm,
+    [q, k, v]: [Slot; 3],
+    mask: Option<Slot>,
+    past: Option<Slot>,
+    (hq, hkv): (i64, i64),
+    scale: f32,
+    dt: DataType,
+) -> Result<Slot, PlanError> {
+    let cdt = compute_dtype(dt);
+    let low = ctx.scalar(cdt, lowest(dt))?;
+    let zero = ctx.scalar(cdt, 0.0)?;
+    let qc = ctx.cast(q, dt, cdt);
+    let kc = ctx.cast(k, dt, cdt);
+    let vc = ctx.cast(v, dt, cdt);
+    // Query heads `h * G .. (h + 1) * G` share key-value head `h`: group them along the rows.
+    let grouped = hq != hkv;
+    let qg = if grouped {
+        onnx_reshape(ctx, qc, vec![0, hkv, -1, 0], cdt)
+    } else {
+        qc
+    };
+    let kt = ctx.temp(cdt);
+    ctx.push(Step::Transpose {
+        x: kc,
+        perm: Some(vec![0, 1, 3, 2]),
+        out: kt,
+    });
+    let raw = ctx.temp(cdt);
+    ctx.push(Step::MatMul {
+        a: qg,
+        b: kt,
+        out: raw,
+    });
+    let raw = if grouped {
+        onnx_reshape(ctx, raw, vec![0, hq, -1, 0], cdt)
+    } else {
+        raw
+    };
+    let sc = ctx.scalar(cdt, scale as f64)?;
+    let raw = ctx.binary(B::Multiply, raw, sc, cdt);
+    let mut snapshots = vec![raw];
+    let mut scores = raw;
+    if form.softcap > 0.0 {
+        let cap = ctx.scalar(cdt, form.softcap as f64)?;
+        let d = ctx.binary(B::Divide, scores, cap, cdt);
+        let t = ctx.unary(UnaryOp::Tanh, d, cdt);
+        scores = ctx.binary(B::Multiply, t, cap, cdt);
+    }
+    snapshots.push(scores);
+    let mut additive = match mask {
+        Some(m) => {
+            let mdt = ctx.input_dtype(node, 3)?;
+            Some(if mdt == DataType::Bool {
+                select(ctx, m, zero, low, cdt)
+            } else {
+                ctx.cast(m, mdt, cdt)
+            })
+        }
+        None => None,
+    };
+    let lens = match ctx.opt_input(node, 6)? {
+        Some(l) => Some(onnx_reshape(ctx, l, vec![-1, 1, 1, 1], DataType::Int64)),
+        None => None,
+    };
+    if form.causal {
+        let keep = causal_keep(ctx, q, k, past, lens)?;
+        let inner = additive.unwrap_or(zero);
+        additive = Some(select(ctx, keep, inner, low, cdt));
+    }
+    if let Some(a) = additive {
+        scores = ctx.binary(B::Add, scores, a, cdt);
+    }
+    if let Some(lens) = lens {
+        let cols = iota(ctx, k, 2);
+        let valid = ctx.binary(B::Less, cols, lens, DataType::Int64);
+        scores = select(ctx, valid, scores, low, cdt);
+    }
+    snapshots.push(scores);
+    let probs = ctx.temp(cdt);
+    ctx.push(Step::Softmax {
+        x: scores,
+        axes: vec![-1],
+        precise: true,
+        out: probs,
+    });
+    let probs = if additive.is_some() || lens.is_some() {
+        // A row whose every score is masked gives zeros (as MLAS's softmax does).
+        let mx = reduce_last(ctx, ReduceOp::Max, scores, cdt);
+        let alive = ctx.binary(B::Greater, mx, low, cdt);
+        select(ctx, alive, probs, zero, cdt)
+    } else {
+        probs
+    };
+    snapshots.push(probs);
+    if let Some(mode) = form.qk_mode {
+        let snap = snapshots[mode as usize];
+        let snap = ctx.cast(snap, cdt, dt);
+        ctx.finish(node, 3, snap, dt)?;
+    }
+    let pg = if grouped {
+        onnx_reshape(ctx, probs, vec![0, hkv, -1, 0], cdt)
+    } else {
+        probs
+    };
+    let y = ctx.temp(cdt);
+    ctx.push(Step::MatMul {
+        a: pg,
+        b: vc,
+        out: y,
+    });
+    let y = if grouped {
+        onnx_reshape(ctx, y, vec![0, hq, -1, 0], cdt)
+    } else {
+        y
+    };
+    Ok(ctx.cast(y, cdt, dt))
 }
 
 fn claim_rotary(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
