@@ -153,6 +153,24 @@ fn claim_attention(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
         if !(2..=4).contains(&mrank) {
             decline!("Attention: a rank-{mrank} attn_mask is invalid (2-D to 4-D)");
         }
+        // ORT refuses a mask whose last dim is not the total key length (the ONNX spec
+        // pads a shorter one): leave such a node to ORT, which reports the error.
+        let seq_axis = if rank == 3 { 1 } else { 2 };
+        let total = k
+            .as_ref()
+            .and_then(|k| k.get(seq_axis)?.fixed())
+            .and_then(|t| match node.input(4) {
+                Some(p) => Some(t + dims(ctx, p)?.get(2)?.fixed()?),
+                None => Some(t),
+            });
+        let last = dims(ctx, node.input(3).unwrap_or("")).and_then(|m| m.last()?.fixed());
+        if let (Some(total), Some(last)) = (total, last)
+            && total != last
+        {
+            decline!(
+                "Attention: an attn_mask of {last} keys for {total} keys (ORT's CPU kernel refuses it)"
+            );
+        }
     }
     if !form.fast(node) && head_counts(&form, &q, &k).is_none() {
         decline!("Attention: this form needs the head counts of 4-D Q and K known at plan time");
@@ -235,7 +253,11 @@ fn lower_attention(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
             else {
                 crate::plan::invalid!(node, "the head size is unknown");
             };
-            let hs = if rank == 3 { last / form.qh.max(1) } else { last };
+            let hs = if rank == 3 {
+                last / form.qh.max(1)
+            } else {
+                last
+            };
             (1.0 / (hs as f64).sqrt()) as f32
         }
     };
@@ -302,7 +324,17 @@ fn lower_attention(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
         let Some((hq, hkv)) = head_counts(&form, &qd, &kd) else {
             crate::plan::invalid!(node, "the head counts are unknown");
         };
-        explicit_attention(ctx, node, &form, [q, k, v], mask, past, (hq, hkv), scale, dt)?
+        explicit_attention(
+            ctx,
+            node,
+            &form,
+            [q, k, v],
+            mask,
+            past,
+            (hq, hkv),
+            scale,
+            dt,
+        )?
     };
     let y = if rank == 3 {
         let t = ctx.temp(dt);
