@@ -48,12 +48,15 @@ struct AttentionForm {
 }
 
 impl AttentionForm {
-    /// The fused `AttentionEx` step computes the node exactly: no scores output, no
-    /// `nonpad_kv_seqlen`, and causal masking (if any) MLX can do alone.
+    /// A fused attention step computes the node exactly: no scores output and no
+    /// `nonpad_kv_seqlen`.
     fn fast(&self, node: &Node) -> bool {
-        self.qk_mode.is_none()
-            && node.input(6).is_none()
-            && !(self.causal && (node.input(3).is_some() || !self.causal_fast))
+        self.qk_mode.is_none() && node.input(6).is_none()
+    }
+
+    /// MLX's own causal mode (no keep-mask array) is ORT's causal mask.
+    fn mlx_causal(&self, node: &Node) -> bool {
+        self.causal && node.input(3).is_none() && self.causal_fast
     }
 }
 
@@ -283,24 +286,55 @@ fn lower_attention(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
         k = nk;
         v = nv;
     }
-    let mask = ctx.opt_input(node, 3)?;
+    let mut mask = ctx.opt_input(node, 3)?;
     let y = if form.fast(node) {
+        let mdt = match mask {
+            Some(_) => ctx.input_dtype(node, 3)?,
+            None => DataType::Bool,
+        };
+        let mlx_causal = form.mlx_causal(node);
+        if form.causal && !mlx_causal {
+            // ORT's causal mask as a keep-mask array, combined with the given mask.
+            let keep = causal_keep(ctx, q, k, past, None)?;
+            mask = Some(match mask {
+                None => keep,
+                Some(m) if mdt == DataType::Bool => {
+                    ctx.binary(B::LogicalAnd, keep, m, DataType::Bool)
+                }
+                Some(m) => {
+                    let low = ctx.scalar(mdt, lowest(dt))?;
+                    select(ctx, keep, m, low, mdt)
+                }
+            });
+        }
         let y = ctx.temp(dt);
-        ctx.push(Step::AttentionEx {
-            q,
-            k,
-            v,
-            mask,
-            causal: form.causal,
-            sinks: None,
-            scale,
-            softcap: form.softcap,
-            out: y,
+        ctx.push(if form.softcap > 0.0 {
+            Step::AttentionEx {
+                q,
+                k,
+                v,
+                mask,
+                causal: mlx_causal,
+                sinks: None,
+                scale,
+                softcap: form.softcap,
+                out: y,
+            }
+        } else {
+            Step::Attention {
+                q,
+                k,
+                v,
+                mask,
+                causal: mlx_causal,
+                scale,
+                out: y,
+            }
         });
         match mask {
-            // ORT gives zeros for a query whose every key is masked.
-            Some(m) => {
-                let mdt = ctx.input_dtype(node, 3)?;
+            // ORT gives zeros for a query whose every key is masked (a causal mask alone
+            // leaves every query a key).
+            Some(m) if node.input(3).is_some() => {
                 let alive = if mdt == DataType::Bool {
                     reduce_last(ctx, ReduceOp::Any, m, DataType::Bool)
                 } else {
@@ -318,7 +352,7 @@ fn lower_attention(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
                 });
                 out
             }
-            None => y,
+            _ => y,
         }
     } else {
         let Some((hq, hkv)) = head_counts(&form, &qd, &kd) else {
