@@ -245,3 +245,32 @@ def test_rms_normalization(case, dtype):
     inputs = {0: ("X", randn(*xs, dtype=dtype, scale=3.0)), 1: ("scale", randn(*ss, dtype=dtype))}
     m, feeds = model("RMSNormalization", inputs, 1, attrs, 23)
     check(m, feeds, "RMSNormalization", 1e-5 if dtype == np.float32 else 2e-3)
+
+
+def symbolic(m, dims):
+    """Declares input dims as named symbols: `dims` maps input name -> {axis: symbol}."""
+    for vi in m.graph.input:
+        for axis, sym in dims.get(vi.name, {}).items():
+            vi.type.tensor_type.shape.dim[axis].dim_param = sym
+    return m
+
+
+@needs_new_attention
+@pytest.mark.parametrize("past", [False, True])
+def test_attention_causal_symbolic_lengths(past):
+    """Query and key lengths are different symbols, so the plan cannot prove MLX's causal mode
+    right; one session then runs several length combinations (prefill, decode, more keys than
+    queries) against ORT's CPU EP."""
+    m, _ = attention_model({"is_causal": 1}, (B, HQ, S, D), (B, HKV, S, D), (B, HKV, S, D), None, 4 if past else None, 3 if past else 1)
+    dims = {"Q": {2: "s"}, "K": {2: "l"}, "V": {2: "l"}, "past_key": {2: "p"}, "past_value": {2: "p"}}
+    m = symbolic(m, dims)
+    expected_session = make_session(m, mlx=False)
+    session = make_session(m)
+    combos = [(3, 3, 4), (1, 1, 6), (1, 2, 5), (2, 3, 4), (3, 5, 0)] if past else [(3, 3, 0), (2, 5, 0), (5, 2, 0), (1, 1, 0)]
+    for s, l, p in combos:
+        feeds = {"Q": randn(B, HQ, s, D), "K": randn(B, HKV, l, D), "V": randn(B, HKV, l, D)}
+        if past:
+            feeds["past_key"] = randn(B, HKV, p, D)
+            feeds["past_value"] = randn(B, HKV, p, D)
+        assert_outputs_match(run(session, feeds), run(expected_session, feeds), rtol=1e-4, atol=1e-4)
+    assert_on_mlx(session, ["Attention"])

@@ -1,4 +1,4 @@
-//! Transformer building blocks: Attention (opset 23) and RotaryEmbedding (opset 23).
+//! Transformer building blocks: Attention (opsets 23 and 24) and RotaryEmbedding (opset 23).
 
 use onnx_ir::{DataType, Dim, Node};
 
@@ -10,7 +10,8 @@ use crate::step::{BinaryOp as B, ReduceOp, ReshapeTarget, ShapeSource, SliceSpec
 /// Registers the transformer family.
 #[rustfmt::skip]
 pub fn register(r: &mut Registry) {
-    r.op("", "Attention", 23, MAX, claim_attention, lower_attention);
+    r.op("", "Attention", 23, MAX, claim_attention, lower_attention)
+        .notes("as ORT's CPU kernel: causal mask aligned top-left after the past (none for a one-query step over a past), soft cap before the mask, all-masked rows give zeros; `qk_matmul_output` (modes 0-3) and `nonpad_kv_seqlen` computed step by step; masks must span every key; no `nonpad_kv_seqlen` with a past cache");
     r.op("", "RotaryEmbedding", 23, MAX, claim_rotary, lower_rotary);
 }
 
