@@ -274,3 +274,62 @@ def test_attention_causal_symbolic_lengths(past):
             feeds["past_value"] = randn(B, HKV, p, D)
         assert_outputs_match(run(session, feeds), run(expected_session, feeds), rtol=1e-4, atol=1e-4)
     assert_on_mlx(session, ["Attention"])
+
+
+def test_llama_layer_prefill_then_decode():
+    """One Llama-style layer of ai.onnx ops only (RMSNormalization, RotaryEmbedding with
+    position ids, 3-D grouped-query causal Attention with a KV cache): a prefill, then decode
+    steps fed the present caches, every node on MLX and each step matching ORT's CPU EP."""
+    if ORT_VERSION < (1, 31):
+        pytest.skip("ORT's CPU Attention kernel before 1.31 is not the reference")
+    from conftest import assert_all_on_mlx
+    from onnx import numpy_helper
+
+    d, hq, hkv, hd = 32, 4, 2, 8
+    inits = {
+        "norm_w": randn(d),
+        "wq": randn(d, hq * hd, scale=0.3),
+        "wk": randn(d, hkv * hd, scale=0.3),
+        "wv": randn(d, hkv * hd, scale=0.3),
+        "wo": randn(hq * hd, d, scale=0.3),
+    }
+    ang = np.arange(64)[:, None] * (10000.0 ** (-np.arange(hd // 2) / (hd // 2)))[None, :]
+    inits["cos"] = np.cos(ang).astype(np.float32)
+    inits["sin"] = np.sin(ang).astype(np.float32)
+    nodes = [
+        helper.make_node("RMSNormalization", ["x", "norm_w"], ["h"], epsilon=1e-6),
+        helper.make_node("MatMul", ["h", "wq"], ["q"]),
+        helper.make_node("MatMul", ["h", "wk"], ["k"]),
+        helper.make_node("MatMul", ["h", "wv"], ["v"]),
+        helper.make_node("RotaryEmbedding", ["q", "cos", "sin", "pos"], ["qr"], num_heads=hq),
+        helper.make_node("RotaryEmbedding", ["k", "cos", "sin", "pos"], ["kr"], num_heads=hkv),
+        helper.make_node("Attention", ["qr", "kr", "v", "", "past_k", "past_v"], ["a", "present_k", "present_v"],
+                         q_num_heads=hq, kv_num_heads=hkv, is_causal=1),
+        helper.make_node("MatMul", ["a", "wo"], ["o"]),
+        helper.make_node("Add", ["x", "o"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "llama_layer",
+        [helper.make_tensor_value_info("x", F32, [1, "s", d]), helper.make_tensor_value_info("pos", TensorProto.INT64, [1, "s"]),
+         helper.make_tensor_value_info("past_k", F32, [1, hkv, "p", hd]), helper.make_tensor_value_info("past_v", F32, [1, hkv, "p", hd])],
+        [helper.make_tensor_value_info("y", F32, [1, "s", d]), helper.make_tensor_value_info("present_k", F32, None),
+         helper.make_tensor_value_info("present_v", F32, None)],
+        [numpy_helper.from_array(a, n) for n, a in inits.items()],
+    )
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
+    m.ir_version = 10
+    cpu, mlx = make_session(m, mlx=False), make_session(m)
+    past = np.zeros((1, hkv, 0, hd), np.float32)
+    caches = {"cpu": (past, past), "mlx": (past, past)}
+    start = 0
+    for steps in [5, 1, 1, 2]:
+        x = randn(1, steps, d)
+        pos = np.arange(start, start + steps, dtype=np.int64)[None, :]
+        outs = {}
+        for name, sess in (("cpu", cpu), ("mlx", mlx)):
+            pk, pv = caches[name]
+            outs[name] = run(sess, {"x": x, "pos": pos, "past_k": pk, "past_v": pv})
+            caches[name] = (outs[name][1], outs[name][2])
+        assert_outputs_match(outs["mlx"], outs["cpu"], rtol=1e-4, atol=1e-4)
+        start += steps
+    assert_all_on_mlx(mlx)

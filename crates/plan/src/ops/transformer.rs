@@ -538,10 +538,9 @@ fn explicit_attention(
         }
         None => None,
     };
-    let lens = match ctx.opt_input(node, 6)? {
-        Some(l) => Some(onnx_reshape(ctx, l, vec![-1, 1, 1, 1], DataType::Int64)),
-        None => None,
-    };
+    let lens = ctx
+        .opt_input(node, 6)?
+        .map(|l| onnx_reshape(ctx, l, vec![-1, 1, 1, 1], DataType::Int64));
     if form.causal {
         let keep = causal_keep(ctx, q, k, past, lens)?;
         let inner = additive.unwrap_or(zero);
