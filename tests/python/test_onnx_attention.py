@@ -20,9 +20,10 @@ F32 = TensorProto.FLOAT
 F16 = TensorProto.FLOAT16
 ORT_VERSION = tuple(int(p) for p in ort.__version__.split(".")[:2])
 
-#: ORT 1.23's CPU Attention kernel refuses present outputs without a past cache (every case
-#: here asks for them or not independently) and predates the soft-cap-then-mask order and
-#: `nonpad_kv_seqlen`; the Attention cases are written against ORT >= 1.31.
+#: ORT 1.23's CPU Attention kernel is an older one (measured with these cases: no opset-24
+#: kernel, `qk_matmul_output` refused without present outputs, other results for grouped-query
+#: heads and all-masked rows, where ORT 1.31 and 1.32 agree with each other and with the EP);
+#: the Attention cases are written against ORT >= 1.31.
 needs_new_attention = pytest.mark.skipif(ORT_VERSION < (1, 31), reason="ORT's CPU Attention kernel before 1.31 is not the reference these cases are written against")
 
 rng = np.random.default_rng(7)

@@ -140,7 +140,7 @@ fn claim_attention(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
             decline!("Attention: nonpad_kv_seqlen must be 1-D");
         }
         if node.input(4).is_some() {
-            decline!("Attention: nonpad_kv_seqlen together with a past cache is not claimed");
+            decline!("Attention: nonpad_kv_seqlen together with a past cache (ORT refuses it)");
         }
     }
     if let Some(mode) = form.qk_mode
