@@ -334,3 +334,13 @@ def test_llama_layer_prefill_then_decode():
         assert_outputs_match(outs["mlx"], outs["cpu"], rtol=1e-4, atol=1e-4)
         start += steps
     assert_all_on_mlx(mlx)
+
+
+@needs_new_attention
+@pytest.mark.parametrize("mode", [0, 3])
+def test_attention_scores_with_symbolic_heads(mode):
+    """4-D inputs whose head count is one symbol for Q, K and V: the step-by-step lowering
+    (needed for the scores output) needs no head count, only that they are equal."""
+    m, feeds = attention_model({"qk_matmul_output_mode": mode, "is_causal": 1}, (B, HQ, S, D), (B, HQ, T, D), (B, HQ, T, D), ((S, T), "bool"), None, 4)
+    m = symbolic(m, {n: {1: "h", 2: "s" if n == "Q" else "t"} for n in ("Q", "K", "V")})
+    check(m, feeds, "Attention", 1e-4)

@@ -89,18 +89,23 @@ fn attention_form(
     })
 }
 
-/// Query and key-value head counts, when known at plan time.
-fn head_counts(
+/// How query heads share key-value heads, when known at plan time: `Some(None)` for equal
+/// head counts, `Some(Some((hq, hkv)))` for grouped-query heads.
+fn head_groups(
     form: &AttentionForm,
     q: &Option<Vec<Dim>>,
     k: &Option<Vec<Dim>>,
-) -> Option<(i64, i64)> {
-    if form.rank == 3 {
-        return Some((form.qh, form.kvh));
-    }
-    let hq = q.as_ref()?.get(1)?.fixed()?;
-    let hkv = k.as_ref()?.get(1)?.fixed()?;
-    Some((hq, hkv))
+) -> Option<Option<(i64, i64)>> {
+    let (hq, hkv) = if form.rank == 3 {
+        (form.qh, form.kvh)
+    } else {
+        let (qd, kd) = (q.as_ref()?.get(1)?, k.as_ref()?.get(1)?);
+        if same_dim(qd, kd) {
+            return Some(None);
+        }
+        (qd.fixed()?, kd.fixed()?)
+    };
+    Some((hq != hkv).then_some((hq, hkv)))
 }
 
 fn claim_attention(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
@@ -176,8 +181,10 @@ fn claim_attention(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
             );
         }
     }
-    if !form.fast(node) && head_counts(&form, &q, &k).is_none() {
-        decline!("Attention: this form needs the head counts of 4-D Q and K known at plan time");
+    if !form.fast(node) && head_groups(&form, &q, &k).is_none() {
+        decline!(
+            "Attention: this form needs the head counts of 4-D Q and K known (or known equal) at plan time"
+        );
     }
     if attr_float(node, "scale").or_decline()?.is_none() && head_size(ctx, node, rank).is_none() {
         decline!("Attention: the head size (for the default scale) is unknown");
@@ -356,20 +363,10 @@ fn lower_attention(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
             _ => y,
         }
     } else {
-        let Some((hq, hkv)) = head_counts(&form, &qd, &kd) else {
+        let Some(groups) = head_groups(&form, &qd, &kd) else {
             crate::plan::invalid!(node, "the head counts are unknown");
         };
-        explicit_attention(
-            ctx,
-            node,
-            &form,
-            [q, k, v],
-            mask,
-            past,
-            (hq, hkv),
-            scale,
-            dt,
-        )?
+        explicit_attention(ctx, node, &form, [q, k, v], mask, past, groups, scale, dt)?
     };
     let y = if rank == 3 {
         let t = ctx.temp(dt);
@@ -482,7 +479,7 @@ fn explicit_attention(
     [q, k, v]: [Slot; 3],
     mask: Option<Slot>,
     past: Option<Slot>,
-    (hq, hkv): (i64, i64),
+    groups: Option<(i64, i64)>,
     scale: f32,
     dt: DataType,
 ) -> Result<Slot, PlanError> {
@@ -493,7 +490,8 @@ fn explicit_attention(
     let kc = ctx.cast(k, dt, cdt);
     let vc = ctx.cast(v, dt, cdt);
     // Query heads `h * G .. (h + 1) * G` share key-value head `h`: group them along the rows.
-    let grouped = hq != hkv;
+    let grouped = groups.is_some();
+    let (hq, hkv) = groups.unwrap_or((0, 0));
     let qg = if grouped {
         onnx_reshape(ctx, qc, vec![0, hkv, -1, 0], cdt)
     } else {
