@@ -590,18 +590,140 @@ fn snapshot_llama_block() {
     assert!(plan.steps.iter().any(|s| matches!(s, Step::RmsNorm { .. })));
 }
 
-#[test]
-fn causal_attention_without_cache_needs_equal_lengths() {
+/// A 4-D ONNX Attention node over `q` and `k` (`k` doubles as `v`) with `extra` attributes.
+fn onnx_attention(q: &[i64], k: &[i64], extra: &[(&str, Attribute)], outs: &[&str]) -> G {
     let mut g = G::new(23);
-    g.input("q", DataType::Float, &[1, 2, -1, 4]);
-    g.input("k", DataType::Float, &[1, 2, 5, 4]);
+    g.input("q", DataType::Float, q);
+    g.input("k", DataType::Float, k);
+    for o in outs.iter().filter(|o| !o.is_empty()) {
+        g.output_any(o, DataType::Float);
+    }
+    let n = g.node("Attention", &["q", "k", "k"], outs);
+    for (name, a) in extra {
+        n.attributes.insert((*name).into(), a.clone());
+    }
+    g
+}
+
+#[test]
+fn causal_attention_with_unequal_lengths_uses_orts_top_left_mask() {
+    // Query length unknown, key length 5: MLX's bottom-right causal mode could disagree, so
+    // the keep-mask `t <= s` is built from iotas and passed as a bool mask.
+    let g = onnx_attention(
+        &[1, 2, -1, 4],
+        &[1, 2, 5, 4],
+        &[("is_causal", int(1))],
+        &["y"],
+    );
+    let p = plan_of(&g.build());
+    assert_eq!(count(&p, |s| matches!(s, Step::Iota { .. })), 2);
+    assert_eq!(
+        count(&p, |s| matches!(
+            s,
+            Step::Attention {
+                causal: false,
+                mask: Some(_),
+                ..
+            }
+        )),
+        1
+    );
+}
+
+#[test]
+fn causal_attention_with_equal_lengths_uses_mlx_causal_mode() {
+    let g = onnx_attention(
+        &[1, 2, 5, 4],
+        &[1, 2, 5, 4],
+        &[("is_causal", int(1))],
+        &["y"],
+    );
+    let p = plan_of(&g.build());
+    assert_eq!(count(&p, |s| matches!(s, Step::Iota { .. })), 0);
+    assert_eq!(
+        count(&p, |s| matches!(
+            s,
+            Step::Attention {
+                causal: true,
+                mask: None,
+                ..
+            }
+        )),
+        1
+    );
+}
+
+#[test]
+fn attention_softcap_uses_attention_ex() {
+    let g = onnx_attention(
+        &[1, 2, 3, 4],
+        &[1, 2, 5, 4],
+        &[("softcap", float(2.0))],
+        &["y"],
+    );
+    let p = plan_of(&g.build());
+    assert_eq!(
+        count(
+            &p,
+            |s| matches!(s, Step::AttentionEx { softcap, .. } if *softcap == 2.0)
+        ),
+        1
+    );
+}
+
+#[test]
+fn attention_scores_output_is_computed_step_by_step() {
+    for mode in 0..4 {
+        let g = onnx_attention(
+            &[1, 4, 3, 4],
+            &[1, 2, 5, 4],
+            &[
+                ("qk_matmul_output_mode", int(mode)),
+                ("softcap", float(1.5)),
+            ],
+            &["y", "", "", "qk"],
+        );
+        let p = plan_of(&g.build());
+        let fused = count(&p, |s| {
+            matches!(s, Step::Attention { .. } | Step::AttentionEx { .. })
+        });
+        assert_eq!(fused, 0, "mode {mode}");
+        assert_eq!(count(&p, |s| matches!(s, Step::MatMul { .. })), 2);
+        assert_eq!(count(&p, |s| matches!(s, Step::Softmax { .. })), 1);
+        assert_eq!(p.outputs.len(), 2);
+    }
+}
+
+#[test]
+fn attention_declines_what_ort_refuses() {
+    let g = onnx_attention(
+        &[1, 2, 3, 4],
+        &[1, 2, 5, 4],
+        &[("qk_matmul_output_mode", int(4))],
+        &["y", "", "", "qk"],
+    );
+    declined(&g, 0, "qk_matmul_output_mode 4");
+    let mut g = onnx_attention(&[1, 2, 3, 4], &[1, 2, 5, 4], &[], &["y"]);
+    g.input("m", DataType::Bool, &[3, 4]);
+    g.g.nodes[0].inputs.push("m".into());
+    declined(&g, 0, "an attn_mask of 4 keys for 5 keys");
+    let mut g = onnx_attention(&[1, 2, 3, 4], &[1, 2, 5, 4], &[], &["y"]);
+    g.input("m", DataType::Bool, &[5]);
+    g.g.nodes[0].inputs.push("m".into());
+    declined(&g, 0, "rank-1 attn_mask");
+}
+
+#[test]
+fn attention_nonpad_kv_seqlen_masks_past_each_length() {
+    let mut g = G::new(24);
+    g.input("q", DataType::Float, &[2, 2, 3, 4]);
+    g.input("k", DataType::Float, &[2, 2, 5, 4]);
+    g.input("lens", DataType::Int64, &[2]);
     g.output_any("y", DataType::Float);
-    g.node("Attention", &["q", "k", "k"], &["y"])
-        .attr("is_causal", int(1));
-    let graph = g.build();
-    let r = Registry::default();
-    let reason = r.claim(&graph, &graph.nodes[0]).unwrap_err().reason;
-    assert!(reason.contains("lengths known to be equal"), "{reason}");
+    g.node("Attention", &["q", "k", "k", "", "", "", "lens"], &["y"]);
+    let p = plan_of(&g.build());
+    assert_eq!(count(&p, |s| matches!(s, Step::Iota { .. })), 1);
+    assert_eq!(count(&p, |s| matches!(s, Step::Softmax { .. })), 1);
 }
 
 #[test]

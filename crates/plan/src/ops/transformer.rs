@@ -1,16 +1,17 @@
-//! Transformer building blocks: Attention (opset 23) and RotaryEmbedding (opset 23).
+//! Transformer building blocks: Attention (opsets 23 and 24) and RotaryEmbedding (opset 23).
 
 use onnx_ir::{DataType, Dim, Node};
 
 use super::*;
 use crate::decline;
 use crate::registry::ClaimCtx;
-use crate::step::{BinaryOp as B, ReshapeTarget, ShapeSource, SliceSpec};
+use crate::step::{BinaryOp as B, ReduceOp, ReshapeTarget, ShapeSource, SliceSpec, UnaryOp};
 
 /// Registers the transformer family.
 #[rustfmt::skip]
 pub fn register(r: &mut Registry) {
-    r.op("", "Attention", 23, MAX, claim_attention, lower_attention);
+    r.op("", "Attention", 23, MAX, claim_attention, lower_attention)
+        .notes("as ORT's CPU kernel: causal mask aligned top-left after the past (none for a one-query step over a past), soft cap before the mask, all-masked rows give zeros; `qk_matmul_output` (modes 0-3) and `nonpad_kv_seqlen` computed step by step; masks must span every key; no `nonpad_kv_seqlen` with a past cache");
     r.op("", "RotaryEmbedding", 23, MAX, claim_rotary, lower_rotary);
 }
 
@@ -30,6 +31,83 @@ fn same_dim(a: &Dim, b: &Dim) -> bool {
     }
 }
 
+/// The resolved attributes and input forms of an ONNX `Attention` node.
+struct AttentionForm {
+    /// Input rank (3 or 4).
+    rank: usize,
+    /// `q_num_heads` / `kv_num_heads` (0 when absent).
+    qh: i64,
+    kvh: i64,
+    /// `is_causal`.
+    causal: bool,
+    /// `softcap` (`0`: none).
+    softcap: f32,
+    /// `qk_matmul_output_mode` when output 3 is requested.
+    qk_mode: Option<i64>,
+    /// MLX's bottom-right causal mask agrees with ORT's (new key length == query length).
+    causal_fast: bool,
+}
+
+impl AttentionForm {
+    /// A fused attention step computes the node exactly: no scores output and no
+    /// `nonpad_kv_seqlen`.
+    fn fast(&self, node: &Node) -> bool {
+        self.qk_mode.is_none() && node.input(6).is_none()
+    }
+
+    /// MLX's own causal mode (no keep-mask array) is ORT's causal mask.
+    fn mlx_causal(&self, node: &Node) -> bool {
+        self.causal && node.input(3).is_none() && self.causal_fast
+    }
+}
+
+fn attention_form(
+    node: &Node,
+    q: Option<Vec<Dim>>,
+    k: Option<Vec<Dim>>,
+    rank: usize,
+) -> Result<AttentionForm, String> {
+    let qh = attr_int(node, "q_num_heads")?.unwrap_or(0);
+    let kvh = attr_int(node, "kv_num_heads")?.unwrap_or(0);
+    let causal = attr_int(node, "is_causal")?.unwrap_or(0) != 0;
+    let softcap = attr_float(node, "softcap")?.unwrap_or(0.0).max(0.0);
+    let qk_mode = match node.output(3) {
+        Some(_) => Some(attr_int(node, "qk_matmul_output_mode")?.unwrap_or(0)),
+        None => None,
+    };
+    let seq_axis = if rank == 3 { 1 } else { 2 };
+    let causal_fast = matches!((q, k), (Some(q), Some(k))
+        if q.len() == rank && k.len() == rank && same_dim(&q[seq_axis], &k[seq_axis]));
+    Ok(AttentionForm {
+        rank,
+        qh,
+        kvh,
+        causal,
+        softcap,
+        qk_mode,
+        causal_fast,
+    })
+}
+
+/// How query heads share key-value heads, when known at plan time: `Some(None)` for equal
+/// head counts, `Some(Some((hq, hkv)))` for grouped-query heads.
+fn head_groups(
+    form: &AttentionForm,
+    q: &Option<Vec<Dim>>,
+    k: &Option<Vec<Dim>>,
+) -> Option<Option<(i64, i64)>> {
+    let (hq, hkv) = if form.rank == 3 {
+        (form.qh, form.kvh)
+    } else {
+        let (qd, kd) = (q.as_ref()?.get(1)?, k.as_ref()?.get(1)?);
+        if same_dim(qd, kd) {
+            return Some(None);
+        }
+        (qd.fixed()?, kd.fixed()?)
+    };
+    Some((hq != hkv).then_some((hq, hkv)))
+}
+
 fn claim_attention(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
     let dt = same_dtypes(ctx, node, 0..3, FLOATS)?;
     let rank = ctx.expect_rank(node, 0)?;
@@ -41,13 +119,14 @@ fn claim_attention(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
     if rank != 3 && rank != 4 {
         decline!("Attention: rank-{rank} inputs are invalid");
     }
-    let qh = attr_int(node, "q_num_heads").or_decline()?;
-    let kvh = attr_int(node, "kv_num_heads").or_decline()?;
-    if rank == 3 && (qh.is_none() || kvh.is_none()) {
+    let q = dims(ctx, node.input(0).unwrap_or(""));
+    let k = dims(ctx, node.input(1).unwrap_or(""));
+    let form = attention_form(node, q.clone(), k.clone(), rank).or_decline()?;
+    if rank == 3 && (form.qh <= 0 || form.kvh <= 0) {
         decline!("Attention: 3-D inputs need q_num_heads and kv_num_heads");
     }
-    if node.input(6).is_some() {
-        decline!("Attention: nonpad_kv_seqlen is not claimed");
+    if rank == 3 && form.qh % form.kvh != 0 {
+        decline!("Attention: q_num_heads is not a multiple of kv_num_heads");
     }
     if node.input(4).is_some() != node.input(5).is_some() {
         decline!("Attention: past_key and past_value must come together");
@@ -60,35 +139,52 @@ fn claim_attention(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
             }
         }
     }
-    no_output(node, 3, "qk_matmul_output")?;
-    if attr_float(node, "softcap").or_decline()?.unwrap_or(0.0) > 0.0 {
-        decline!("Attention: softcap is not claimed");
+    if node.input(6).is_some() {
+        ctx.expect_dtype(node, 6, &[DataType::Int64])?;
+        if ctx.expect_rank(node, 6)? != 1 {
+            decline!("Attention: nonpad_kv_seqlen must be 1-D");
+        }
+        if node.input(4).is_some() {
+            decline!("Attention: nonpad_kv_seqlen together with a past cache (ORT refuses it)");
+        }
     }
-    let mask = node.input(3);
-    if mask.is_some() {
+    if let Some(mode) = form.qk_mode
+        && !(0..=3).contains(&mode)
+    {
+        decline!("Attention: qk_matmul_output_mode {mode} is invalid");
+    }
+    if node.input(3).is_some() {
         let mdt = ctx.input_dtype(node, 3)?;
         if mdt != DataType::Bool && mdt != dt {
             decline!("Attention: a {mdt} mask with {dt} inputs is not claimed");
         }
+        let mrank = ctx.expect_rank(node, 3)?;
+        if !(2..=4).contains(&mrank) {
+            decline!("Attention: a rank-{mrank} attn_mask is invalid (2-D to 4-D)");
+        }
+        // ORT refuses a mask whose last dim is not the total key length (the ONNX spec
+        // pads a shorter one): leave such a node to ORT, which reports the error.
+        let seq_axis = if rank == 3 { 1 } else { 2 };
+        let total = k
+            .as_ref()
+            .and_then(|k| k.get(seq_axis)?.fixed())
+            .and_then(|t| match node.input(4) {
+                Some(p) => Some(t + dims(ctx, p)?.get(2)?.fixed()?),
+                None => Some(t),
+            });
+        let last = dims(ctx, node.input(3).unwrap_or("")).and_then(|m| m.last()?.fixed());
+        if let (Some(total), Some(last)) = (total, last)
+            && total != last
+        {
+            decline!(
+                "Attention: an attn_mask of {last} keys for {total} keys (ORT's CPU kernel refuses it)"
+            );
+        }
     }
-    let causal = attr_int(node, "is_causal").or_decline()?.unwrap_or(0) != 0;
-    if causal {
-        if mask.is_some() {
-            decline!("Attention: is_causal together with attn_mask is not claimed");
-        }
-        if node.input(4).is_none() {
-            // ONNX aligns the causal mask to the top-left, MLX to the bottom-right: they agree
-            // when the query and key lengths are the same.
-            let seq_axis = if rank == 3 { 1 } else { 2 };
-            let q = dims(ctx, node.input(0).unwrap_or(""));
-            let k = dims(ctx, node.input(1).unwrap_or(""));
-            let same = matches!((q, k), (Some(q), Some(k)) if same_dim(&q[seq_axis], &k[seq_axis]));
-            if !same {
-                decline!(
-                    "Attention: is_causal without a KV cache needs query and key lengths known to be equal"
-                );
-            }
-        }
+    if !form.fast(node) && head_groups(&form, &q, &k).is_none() {
+        decline!(
+            "Attention: this form needs the head counts of 4-D Q and K known (or known equal) at plan time"
+        );
     }
     if attr_float(node, "scale").or_decline()?.is_none() && head_size(ctx, node, rank).is_none() {
         decline!("Attention: the head size (for the default scale) is unknown");
@@ -127,14 +223,34 @@ fn to_heads(ctx: &mut LowerCtx, x: Slot, heads: i64, dt: DataType) -> Slot {
     t
 }
 
+/// ORT's mask filter value: the lowest finite value of `dt`.
+fn lowest(dt: DataType) -> f64 {
+    match dt {
+        DataType::Float16 => -65504.0,
+        DataType::BFloat16 => -3.389_531_4e38,
+        DataType::Double => f64::MIN,
+        _ => f32::MIN as f64,
+    }
+}
+
+fn onnx_reshape(ctx: &mut LowerCtx, x: Slot, shape: Vec<i64>, dt: DataType) -> Slot {
+    reshape(
+        ctx,
+        x,
+        ReshapeTarget::Onnx {
+            shape: ShapeSource::Static(shape),
+            allowzero: false,
+        },
+        dt,
+    )
+}
+
 fn lower_attention(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     let dt = ctx.input_dtype(node, 0)?;
     let rank = ctx.need_rank(node, 0)?;
-    let qh = attr_int(node, "q_num_heads").or_invalid(node)?.unwrap_or(0);
-    let kvh = attr_int(node, "kv_num_heads")
-        .or_invalid(node)?
-        .unwrap_or(0);
-    let causal = attr_int(node, "is_causal").or_invalid(node)?.unwrap_or(0) != 0;
+    let qd = ctx.shape_of(node.input(0).unwrap_or(""));
+    let kd = ctx.shape_of(node.input(1).unwrap_or(""));
+    let form = attention_form(node, qd.clone(), kd.clone(), rank).or_invalid(node)?;
     let mut q = ctx.input(node, 0)?;
     let mut k = ctx.input(node, 1)?;
     let mut v = ctx.input(node, 2)?;
@@ -144,23 +260,25 @@ fn lower_attention(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
             let Some(last) = ctx
                 .input_fixed_shape(node, 0)
                 .and_then(|s| s.last().copied())
-                .or_else(|| {
-                    ctx.shape_of(node.input(0).unwrap_or(""))
-                        .and_then(|s| s.last().and_then(Dim::fixed))
-                })
+                .or_else(|| qd.as_ref().and_then(|s| s.last().and_then(Dim::fixed)))
             else {
                 crate::plan::invalid!(node, "the head size is unknown");
             };
-            let hs = if rank == 3 { last / qh.max(1) } else { last };
+            let hs = if rank == 3 {
+                last / form.qh.max(1)
+            } else {
+                last
+            };
             (1.0 / (hs as f64).sqrt()) as f32
         }
     };
     if rank == 3 {
-        q = to_heads(ctx, q, qh, dt);
-        k = to_heads(ctx, k, kvh, dt);
-        v = to_heads(ctx, v, kvh, dt);
+        q = to_heads(ctx, q, form.qh, dt);
+        k = to_heads(ctx, k, form.kvh, dt);
+        v = to_heads(ctx, v, form.kvh, dt);
     }
-    if let (Some(pk), Some(pv)) = (ctx.opt_input(node, 4)?, ctx.opt_input(node, 5)?) {
+    let past = ctx.opt_input(node, 4)?;
+    if let (Some(pk), Some(pv)) = (past, ctx.opt_input(node, 5)?) {
         let nk = ctx.temp(dt);
         ctx.push(Step::Concat {
             inputs: vec![pk, k],
@@ -176,17 +294,80 @@ fn lower_attention(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
         k = nk;
         v = nv;
     }
-    let mask = ctx.opt_input(node, 3)?;
-    let y = ctx.temp(dt);
-    ctx.push(Step::Attention {
-        q,
-        k,
-        v,
-        mask,
-        causal,
-        scale,
-        out: y,
-    });
+    let mut mask = ctx.opt_input(node, 3)?;
+    let y = if form.fast(node) {
+        let mdt = match mask {
+            Some(_) => ctx.input_dtype(node, 3)?,
+            None => DataType::Bool,
+        };
+        let mlx_causal = form.mlx_causal(node);
+        if form.causal && !mlx_causal {
+            // ORT's causal mask as a keep-mask array, combined with the given mask.
+            let keep = causal_keep(ctx, q, k, past, None)?;
+            mask = Some(match mask {
+                None => keep,
+                Some(m) if mdt == DataType::Bool => {
+                    ctx.binary(B::LogicalAnd, keep, m, DataType::Bool)
+                }
+                Some(m) => {
+                    let low = ctx.scalar(mdt, lowest(dt))?;
+                    select(ctx, keep, m, low, mdt)
+                }
+            });
+        }
+        let y = ctx.temp(dt);
+        ctx.push(if form.softcap > 0.0 {
+            Step::AttentionEx {
+                q,
+                k,
+                v,
+                mask,
+                causal: mlx_causal,
+                sinks: None,
+                scale,
+                softcap: form.softcap,
+                out: y,
+            }
+        } else {
+            Step::Attention {
+                q,
+                k,
+                v,
+                mask,
+                causal: mlx_causal,
+                scale,
+                out: y,
+            }
+        });
+        match mask {
+            // ORT gives zeros for a query whose every key is masked (a causal mask alone
+            // leaves every query a key).
+            Some(m) if node.input(3).is_some() => {
+                let alive = if mdt == DataType::Bool {
+                    reduce_last(ctx, ReduceOp::Any, m, DataType::Bool)
+                } else {
+                    let mx = reduce_last(ctx, ReduceOp::Max, m, mdt);
+                    let low = ctx.scalar(mdt, lowest(dt))?;
+                    ctx.binary(B::Greater, mx, low, mdt)
+                };
+                let zero = ctx.scalar(dt, 0.0)?;
+                let out = ctx.temp(dt);
+                ctx.push(Step::Where {
+                    cond: alive,
+                    x: y,
+                    y: zero,
+                    out,
+                });
+                out
+            }
+            _ => y,
+        }
+    } else {
+        let Some(groups) = head_groups(&form, &qd, &kd) else {
+            crate::plan::invalid!(node, "the head counts are unknown");
+        };
+        explicit_attention(ctx, node, &form, [q, k, v], mask, past, groups, scale, dt)?
+    };
     let y = if rank == 3 {
         let t = ctx.temp(dt);
         ctx.push(Step::Transpose {
@@ -194,16 +375,7 @@ fn lower_attention(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
             perm: Some(vec![0, 2, 1, 3]),
             out: t,
         });
-        let r = ctx.temp(dt);
-        ctx.push(Step::Reshape {
-            x: t,
-            target: ReshapeTarget::Onnx {
-                shape: ShapeSource::Static(vec![0, 0, -1]),
-                allowzero: false,
-            },
-            out: r,
-        });
-        r
+        onnx_reshape(ctx, t, vec![0, 0, -1], dt)
     } else {
         y
     };
@@ -211,6 +383,214 @@ fn lower_attention(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     // present_key / present_value are the (concatenated) 4-D keys and values.
     ctx.finish(node, 1, k, dt)?;
     ctx.finish(node, 2, v, dt)
+}
+
+fn reduce_last(ctx: &mut LowerCtx, op: ReduceOp, x: Slot, dt: DataType) -> Slot {
+    let out = ctx.temp(dt);
+    ctx.push(Step::Reduce {
+        op,
+        x,
+        axes: crate::step::ReduceAxes::Static(vec![-1]),
+        keepdims: true,
+        out,
+    });
+    out
+}
+
+fn iota(ctx: &mut LowerCtx, like: Slot, axis: i32) -> Slot {
+    let out = ctx.temp(DataType::Int64);
+    ctx.push(Step::Iota {
+        like,
+        axis,
+        dtype: DataType::Int64,
+        out,
+    });
+    out
+}
+
+fn select(ctx: &mut LowerCtx, cond: Slot, x: Slot, y: Slot, dt: DataType) -> Slot {
+    let out = ctx.temp(dt);
+    ctx.push(Step::Where { cond, x, y, out });
+    out
+}
+
+/// ORT's causal keep-mask `[S, T]`: key `t` is visible from query `s` when
+/// `t <= s + past_length`; a one-query step over a past cache sees every key. With
+/// `nonpad_kv_seqlen` (`[B]`, 4-D `lens`) the mask is `[B, 1, S, T]`, aligned to the end of
+/// each batch's valid keys: `t <= s + lens[b] - S`.
+fn causal_keep(
+    ctx: &mut LowerCtx,
+    q: Slot,
+    k: Slot,
+    past: Option<Slot>,
+    lens: Option<Slot>,
+) -> Result<Slot, PlanError> {
+    let rows = iota(ctx, q, 2);
+    let rows = unsqueeze(ctx, rows, 1, DataType::Int64);
+    let cols = iota(ctx, k, 2);
+    if let Some(lens) = lens {
+        let s = ctx.temp(DataType::Int64);
+        ctx.push(Step::Shape {
+            x: q,
+            start: 2,
+            end: Some(3),
+            out: s,
+        });
+        let shifted = ctx.binary(B::Add, cols, s, DataType::Int64);
+        let limit = ctx.binary(B::Add, rows, lens, DataType::Int64);
+        return Ok(ctx.binary(B::LessEqual, shifted, limit, DataType::Int64));
+    }
+    let Some(past) = past else {
+        return Ok(ctx.binary(B::LessEqual, cols, rows, DataType::Int64));
+    };
+    let p = ctx.temp(DataType::Int64);
+    ctx.push(Step::Shape {
+        x: past,
+        start: 2,
+        end: Some(3),
+        out: p,
+    });
+    let limit = ctx.binary(B::Add, rows, p, DataType::Int64);
+    let keep = ctx.binary(B::LessEqual, cols, limit, DataType::Int64);
+    let s = ctx.temp(DataType::Int64);
+    ctx.push(Step::Shape {
+        x: q,
+        start: 2,
+        end: Some(3),
+        out: s,
+    });
+    let one = ctx.scalar(DataType::Int64, 1.0)?;
+    let zero = ctx.scalar(DataType::Int64, 0.0)?;
+    let single = ctx.binary(B::Equal, s, one, DataType::Int64);
+    let has_past = ctx.binary(B::Greater, p, zero, DataType::Int64);
+    let decode = ctx.binary(B::LogicalAnd, single, has_past, DataType::Bool);
+    Ok(ctx.binary(B::LogicalOr, keep, decode, DataType::Bool))
+}
+
+/// Attention step by step, as ORT's CPU kernel computes it: `scale * q k^T`, soft cap, plus
+/// the mask (bool masks and causal positions add the lowest finite value), `nonpad_kv_seqlen`
+/// positions set to that value, softmax (all-masked rows give zeros), times `v`; output 3 is
+/// the scores after the step `qk_matmul_output_mode` names. Computed in float32 for halves.
+#[allow(clippy::too_many_arguments)]
+fn explicit_attention(
+    ctx: &mut LowerCtx,
+    node: &Node,
+    form: &AttentionForm,
+    [q, k, v]: [Slot; 3],
+    mask: Option<Slot>,
+    past: Option<Slot>,
+    groups: Option<(i64, i64)>,
+    scale: f32,
+    dt: DataType,
+) -> Result<Slot, PlanError> {
+    let cdt = compute_dtype(dt);
+    let low = ctx.scalar(cdt, lowest(dt))?;
+    let zero = ctx.scalar(cdt, 0.0)?;
+    let qc = ctx.cast(q, dt, cdt);
+    let kc = ctx.cast(k, dt, cdt);
+    let vc = ctx.cast(v, dt, cdt);
+    // Query heads `h * G .. (h + 1) * G` share key-value head `h`: group them along the rows.
+    let grouped = groups.is_some();
+    let (hq, hkv) = groups.unwrap_or((0, 0));
+    let qg = if grouped {
+        onnx_reshape(ctx, qc, vec![0, hkv, -1, 0], cdt)
+    } else {
+        qc
+    };
+    let kt = ctx.temp(cdt);
+    ctx.push(Step::Transpose {
+        x: kc,
+        perm: Some(vec![0, 1, 3, 2]),
+        out: kt,
+    });
+    let raw = ctx.temp(cdt);
+    ctx.push(Step::MatMul {
+        a: qg,
+        b: kt,
+        out: raw,
+    });
+    let raw = if grouped {
+        onnx_reshape(ctx, raw, vec![0, hq, -1, 0], cdt)
+    } else {
+        raw
+    };
+    let sc = ctx.scalar(cdt, scale as f64)?;
+    let raw = ctx.binary(B::Multiply, raw, sc, cdt);
+    let mut snapshots = vec![raw];
+    let mut scores = raw;
+    if form.softcap > 0.0 {
+        let cap = ctx.scalar(cdt, form.softcap as f64)?;
+        let d = ctx.binary(B::Divide, scores, cap, cdt);
+        let t = ctx.unary(UnaryOp::Tanh, d, cdt);
+        scores = ctx.binary(B::Multiply, t, cap, cdt);
+    }
+    snapshots.push(scores);
+    let mut additive = match mask {
+        Some(m) => {
+            let mdt = ctx.input_dtype(node, 3)?;
+            Some(if mdt == DataType::Bool {
+                select(ctx, m, zero, low, cdt)
+            } else {
+                ctx.cast(m, mdt, cdt)
+            })
+        }
+        None => None,
+    };
+    let lens = ctx
+        .opt_input(node, 6)?
+        .map(|l| onnx_reshape(ctx, l, vec![-1, 1, 1, 1], DataType::Int64));
+    if form.causal {
+        let keep = causal_keep(ctx, q, k, past, lens)?;
+        let inner = additive.unwrap_or(zero);
+        additive = Some(select(ctx, keep, inner, low, cdt));
+    }
+    if let Some(a) = additive {
+        scores = ctx.binary(B::Add, scores, a, cdt);
+    }
+    if let Some(lens) = lens {
+        let cols = iota(ctx, k, 2);
+        let valid = ctx.binary(B::Less, cols, lens, DataType::Int64);
+        scores = select(ctx, valid, scores, low, cdt);
+    }
+    snapshots.push(scores);
+    let probs = ctx.temp(cdt);
+    ctx.push(Step::Softmax {
+        x: scores,
+        axes: vec![-1],
+        precise: true,
+        out: probs,
+    });
+    let probs = if additive.is_some() || lens.is_some() {
+        // A row whose every score is masked gives zeros (as MLAS's softmax does).
+        let mx = reduce_last(ctx, ReduceOp::Max, scores, cdt);
+        let alive = ctx.binary(B::Greater, mx, low, cdt);
+        select(ctx, alive, probs, zero, cdt)
+    } else {
+        probs
+    };
+    snapshots.push(probs);
+    if let Some(mode) = form.qk_mode {
+        let snap = snapshots[mode as usize];
+        let snap = ctx.cast(snap, cdt, dt);
+        ctx.finish(node, 3, snap, dt)?;
+    }
+    let pg = if grouped {
+        onnx_reshape(ctx, probs, vec![0, hkv, -1, 0], cdt)
+    } else {
+        probs
+    };
+    let y = ctx.temp(cdt);
+    ctx.push(Step::MatMul {
+        a: pg,
+        b: vc,
+        out: y,
+    });
+    let y = if grouped {
+        onnx_reshape(ctx, y, vec![0, hq, -1, 0], cdt)
+    } else {
+        y
+    };
+    Ok(ctx.cast(y, cdt, dt))
 }
 
 fn claim_rotary(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
