@@ -40,13 +40,13 @@ if with_string:
     nodes.append(helper.make_node("Cast", ["y"], ["s"], name="to_string", to=TensorProto.STRING))
     outputs.append(helper.make_tensor_value_info("s", TensorProto.STRING, [2, 3]))
 if computed_shape:
-    # The Reshape's target is computed (shape * 1), so each run reads it back mid-run.
-    nodes.append(helper.make_node("Mul", ["shape", "one"], ["shape2"], name="scale_shape"))
+    # The Reshape's target is computed on the device (a cast of a float input), so each run
+    # reads it back mid-run. (Integer arithmetic on an integer input would run on the host.)
+    nodes.append(helper.make_node("Cast", ["shape"], ["shape2"], name="cast_shape", to=TensorProto.INT64))
     nodes.append(helper.make_node("Reshape", ["y", "shape2"], ["z"], name="reshape_computed"))
-    inputs.append(helper.make_tensor_value_info("shape", TensorProto.INT64, [2]))
-    initializers.append(helper.make_tensor("one", TensorProto.INT64, [], [1]))
+    inputs.append(helper.make_tensor_value_info("shape", TensorProto.FLOAT, [2]))
     outputs.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, None))
-    feeds["shape"] = np.array([3, -1], np.int64)
+    feeds["shape"] = np.array([3, -1], np.float32)
 graph = helper.make_graph(nodes, "diag", inputs, outputs, initializer=initializers)
 model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 model.ir_version = 8
