@@ -25,6 +25,7 @@ mod dft;
 mod elementwise;
 mod gather_scatter;
 mod host_compute;
+mod operands;
 mod recurrent;
 mod resize;
 mod resize_interp;
@@ -33,7 +34,6 @@ mod shape;
 #[cfg(test)]
 mod tests;
 mod variants;
-mod visit;
 
 pub use col2im::{Col2ImGeometry, Col2ImSpec, check_ort_rank};
 pub use conv_transpose::{
