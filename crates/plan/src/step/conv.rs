@@ -60,8 +60,8 @@ impl AutoPad {
     }
 }
 
-/// Static attributes of a [`Step::Conv`] (channels-last: input `[N, *spatial, C]`, weight
-/// `[O, *kernel, C/groups]`).
+/// Static attributes of a [`Step::Conv`](super::Step::Conv) (channels-last: input
+/// `[N, *spatial, C]`, weight `[O, *kernel, C/groups]`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ConvSpec {
@@ -265,7 +265,7 @@ impl PoolSpec {
     }
 }
 
-/// Padding of a [`Step::Pad`].
+/// Padding of a [`Step::Pad`](super::Step::Pad).
 #[derive(Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum PadSpec {

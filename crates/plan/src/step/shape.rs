@@ -67,7 +67,7 @@ pub(super) fn shape_to_i32(shape: &[i64]) -> Result<Vec<i32>, String> {
 // ---------------------------------------------------------------------------------------------
 // Reshape family.
 
-/// How a [`Step::Reshape`] computes its target shape from the input shape.
+/// How a [`Step::Reshape`](super::Step::Reshape) computes its target shape from the input shape.
 #[derive(Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum ReshapeTarget {
@@ -504,7 +504,7 @@ pub fn slice_bounds(
 // ---------------------------------------------------------------------------------------------
 // Reductions.
 
-/// The axes of a [`Step::Reduce`].
+/// The axes of a [`Step::Reduce`](super::Step::Reduce).
 #[derive(Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum ReduceAxes {

@@ -250,7 +250,8 @@ define_steps! {
             read value: Slot,
             /// Output.
             write out: Slot,
-        } shapeless: matches!(pads, PadSpec::Static { .. }) && matches!(mode, PadMode::Constant | PadMode::Edge),
+        } shapeless: matches!(pads, PadSpec::Static { .. })
+            && matches!(mode, PadMode::Constant | PadMode::Edge),
         /// `out = mlx_as_strided(x, shape, strides, 0)` with `spec.resolve(x.shape)`: sliding
         /// windows `[N, C, *out, *kernel]` of a channels-first input.
         Windows {
@@ -348,8 +349,8 @@ define_steps! {
             /// Output.
             write out: Slot,
         } shapeless: true,
-        /// `out = mlx_cum{sum,prod}_axis(x, axis, reverse, inclusive)` in x's dtype (ONNX `CumProd`,
-        /// and `CumSum` whose axis is an input known only at run time).
+        /// `out = mlx_cum{sum,prod}_axis(x, axis, reverse, inclusive)` in x's dtype (ONNX
+        /// `CumProd`, and `CumSum` whose axis is an input known only at run time).
         Cumulative {
             /// Sum or product.
             attr op: CumOp,
@@ -681,12 +682,13 @@ define_steps! {
         /// ONNX RNN / GRU / LSTM (layout 0) over float32 arrays, the time loop run by the runtime
         /// over `x`'s dim 0 (known only at run time). Per direction `d`: `mlx_matmul(x, W[d]^T)`
         /// plus the biases outside the recurrence once for all steps; then per step `mlx_slice` of
-        /// that projection, `mlx_matmul` of the state by `R[d]^T` (the slices of it), `mlx_add` /
-        /// `mlx_multiply` / `mlx_subtract`, clip as `mlx_maximum` / `mlx_minimum`, the activations of
-        /// `spec` (ORT's formulas), and with `lens` an `mlx_where` by the mask `t < lens[b]` that
-        /// keeps the previous state and writes zeros to Y. Y is `mlx_stack`ed over time and
-        /// `mlx_concatenate`d over directions; an empty sequence (`lens[b] = 0`, or a zero-length
-        /// `x`) ends with zero states. Outputs: Y `[T, D, B, H]`, Y_h `[D, B, H]`, Y_c `[D, B, H]`.
+        /// that projection, `mlx_matmul` of the state by `R[d]^T` (the slices of it), `mlx_add`
+        /// / `mlx_multiply` / `mlx_subtract`, clip as `mlx_maximum` / `mlx_minimum`, the
+        /// activations of `spec` (ORT's formulas), and with `lens` an `mlx_where` by the mask
+        /// `t < lens[b]` that keeps the previous state and writes zeros to Y. Y is `mlx_stack`ed
+        /// over time and `mlx_concatenate`d over directions; an empty sequence (`lens[b] = 0`, or
+        /// a zero-length `x`) ends with zero states. Outputs: Y `[T, D, B, H]`, Y_h `[D, B, H]`,
+        /// Y_c `[D, B, H]`.
         Recurrent {
             /// The layer's static attributes.
             attr spec: RecurrentSpec,
