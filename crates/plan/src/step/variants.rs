@@ -1,0 +1,740 @@
+//! The [`Step`] enum: one variant per MLX-level operation.
+
+use onnx_ir::DataType;
+
+use super::operands::define_steps;
+use super::*;
+
+define_steps! {
+    /// One MLX-level operation of a plan. See `STEPS.md` for the exact mlx-c calls of each variant.
+    #[derive(Debug, Clone, PartialEq)]
+    #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+    pub enum Step {
+        /// `out = mlx_<op>(x)`.
+        Unary {
+            /// The op.
+            attr op: UnaryOp,
+            /// Input.
+            read x: Slot,
+            /// Output.
+            write out: Slot,
+        } shapeless: true,
+        /// `out = mlx_<op>(a, b)` with broadcasting.
+        Binary {
+            /// The op.
+            attr op: BinaryOp,
+            /// Left operand.
+            read a: Slot,
+            /// Right operand.
+            read b: Slot,
+            /// Output.
+            write out: Slot,
+        } shapeless: true,
+        /// `out = mlx_where(cond, x, y)`.
+        Where {
+            /// Bool condition.
+            read cond: Slot,
+            /// Taken where `cond` is true.
+            read x: Slot,
+            /// Taken where `cond` is false.
+            read y: Slot,
+            /// Output.
+            write out: Slot,
+        } shapeless: true,
+        /// `out = mlx_astype(x, dtype)`.
+        AsType {
+            /// Input.
+            read x: Slot,
+            /// Target dtype.
+            attr dtype: DataType,
+            /// Output.
+            write out: Slot,
+        } shapeless: true,
+        /// `out = mlx_matmul(a, b)` (numpy semantics, 1-D operands included).
+        MatMul {
+            /// Left operand.
+            read a: Slot,
+            /// Right operand.
+            read b: Slot,
+            /// Output.
+            write out: Slot,
+        } shapeless: true,
+        /// `out = mlx_addmm(c, a, b, alpha, beta)` = `alpha * a@b + beta * c`.
+        Addmm {
+            /// Added term (broadcast to the product's shape).
+            read c: Slot,
+            /// Left operand (2-D).
+            read a: Slot,
+            /// Right operand (2-D).
+            read b: Slot,
+            /// Product scale.
+            attr alpha: f32,
+            /// `c` scale.
+            attr beta: f32,
+            /// Output.
+            write out: Slot,
+        } shapeless: true,
+        /// `out = mlx_reshape(x, target.resolve(x.shape, ...))`.
+        Reshape {
+            /// Input.
+            read x: Slot,
+            /// Target shape rule.
+            mixed target: ReshapeTarget,
+            /// Output.
+            write out: Slot,
+        } shapeless: matches!(target, ReshapeTarget::Fixed(_)),
+        /// `out = mlx_transpose_axes(x, perm)`, or `mlx_transpose(x)` (reverse) when `perm` is
+        /// `None`.
+        Transpose {
+            /// Input.
+            read x: Slot,
+            /// Permutation.
+            attr perm: Option<Vec<i32>>,
+            /// Output.
+            write out: Slot,
+        } shapeless: true,
+        /// `out = mlx_broadcast_to(x, expand_shape(x.shape, shape))` (ONNX `Expand`).
+        Expand {
+            /// Input.
+            read x: Slot,
+            /// The `shape` input.
+            host shape: ShapeSource,
+            /// Output.
+            write out: Slot,
+        } shapeless: false,
+        /// `out = mlx_concatenate_axis(inputs, axis)`.
+        Concat {
+            /// Inputs, in order.
+            read inputs: Vec<Slot>,
+            /// Axis (negative only when the rank was unknown; MLX accepts it).
+            attr axis: i32,
+            /// Output.
+            write out: Slot,
+        } shapeless: true,
+        /// `out = mlx_slice(x, start, stop, strides)` with `spec.resolve(x.shape, host)`.
+        Slice {
+            /// Input.
+            read x: Slot,
+            /// ONNX slice parameters.
+            host spec: SliceSpec,
+            /// Output.
+            write out: Slot,
+        } shapeless: false,
+        /// `out = mlx_take_axis(x, indices, axis)`. MLX wraps negative indices of signed index
+        /// types (`idx + dim`), which is ONNX `Gather`'s rule.
+        Take {
+            /// Data.
+            read x: Slot,
+            /// Integer indices (any shape).
+            read indices: Slot,
+            /// Axis (negative only when the rank was unknown).
+            attr axis: i32,
+            /// Output.
+            write out: Slot,
+        } shapeless: true,
+        /// `out = mlx_take_along_axis(x, indices, axis)` (ONNX `GatherElements`).
+        TakeAlongAxis {
+            /// Data.
+            read x: Slot,
+            /// Integer indices of the output's shape.
+            read indices: Slot,
+            /// Axis.
+            attr axis: i32,
+            /// Output.
+            write out: Slot,
+        } shapeless: true,
+        /// `out = mlx_softmax_axes(x, axes, precise)`.
+        Softmax {
+            /// Input.
+            read x: Slot,
+            /// Axes softmaxed jointly.
+            attr axes: Vec<i32>,
+            /// Accumulate half-precision inputs in float32.
+            attr precise: bool,
+            /// Output.
+            write out: Slot,
+        } shapeless: true,
+        /// `out = mlx_fast_layer_norm(x, weight, bias, eps)` over the last axis.
+        LayerNorm {
+            /// Input.
+            read x: Slot,
+            /// 1-D scale of the last dim's size (null when absent).
+            read weight: Option<Slot>,
+            /// 1-D bias of the last dim's size (null when absent).
+            read bias: Option<Slot>,
+            /// Epsilon.
+            attr eps: f32,
+            /// Output.
+            write out: Slot,
+        } shapeless: true,
+        /// `out = mlx_fast_rms_norm(x, weight, eps)` over the last axis.
+        RmsNorm {
+            /// Input.
+            read x: Slot,
+            /// 1-D scale of the last dim's size (null when absent).
+            read weight: Option<Slot>,
+            /// Epsilon.
+            attr eps: f32,
+            /// Output.
+            write out: Slot,
+        } shapeless: true,
+        /// `out = mlx_fast_scaled_dot_product_attention(q, k, v, scale, mode, mask, sinks=null)`
+        /// with `mode = "causal"` (mask null) when `causal`, else `""` (mask or null). q is
+        /// `[B, Hq, S, D]`, k `[B, Hkv, T, D]`, v `[B, Hkv, T, Dv]` (Hq a multiple of Hkv); a bool
+        /// mask means "attend where true", a float mask is added to the scores.
+        Attention {
+            /// Queries.
+            read q: Slot,
+            /// Keys.
+            read k: Slot,
+            /// Values.
+            read v: Slot,
+            /// Optional mask broadcastable to `[B, Hq, S, T]`.
+            read mask: Option<Slot>,
+            /// MLX's causal mask (aligned to the bottom-right; the planner only sets it where that
+            /// agrees with ONNX).
+            attr causal: bool,
+            /// Score scale.
+            attr scale: f32,
+            /// Output `[B, Hq, S, Dv]`.
+            write out: Slot,
+        } shapeless: true,
+        /// `out = mlx_<op>_axes(x, axes.resolve(rank, host), keepdims)`; when the axes resolve to
+        /// `None` (ONNX `noop_with_empty_axes`) `out = x`.
+        Reduce {
+            /// The reduction.
+            attr op: ReduceOp,
+            /// Input.
+            read x: Slot,
+            /// Axes.
+            host axes: ReduceAxes,
+            /// Keep reduced dims as size 1.
+            attr keepdims: bool,
+            /// Output.
+            write out: Slot,
+        } shapeless: !matches!(axes, ReduceAxes::Dynamic { .. }),
+        /// `out = mlx_arg{max,min}_axis(x, axis, keepdims)` (uint32 result).
+        ArgReduce {
+            /// The reduction.
+            attr op: ArgReduceOp,
+            /// Input.
+            read x: Slot,
+            /// Axis.
+            attr axis: i32,
+            /// Keep the reduced dim as size 1.
+            attr keepdims: bool,
+            /// Output.
+            write out: Slot,
+        } shapeless: true,
+        /// `out = mlx_conv_general(x, w, spec.resolve(x.shape)..., flip=false)`; channels-last
+        /// input `[N, *spatial, C]` and weight `[O, *kernel, C/groups]`.
+        Conv {
+            /// Channels-last input.
+            read x: Slot,
+            /// Channels-last weight.
+            read w: Slot,
+            /// Attributes.
+            attr spec: ConvSpec,
+            /// Output (channels-last).
+            write out: Slot,
+        } shapeless: matches!(spec.padding, AutoPad::Explicit { .. }),
+        /// `out = mlx_pad(x, axes, lo, hi, value, mode)` with `pads.resolve(x.shape, host)`.
+        Pad {
+            /// Input.
+            read x: Slot,
+            /// Padding rule.
+            host pads: PadSpec,
+            /// `"constant"` or `"edge"`.
+            attr mode: PadMode,
+            /// Scalar pad value (a constant of x's dtype).
+            read value: Slot,
+            /// Output.
+            write out: Slot,
+        } shapeless: matches!(pads, PadSpec::Static { .. })
+            && matches!(mode, PadMode::Constant | PadMode::Edge),
+        /// `out = mlx_as_strided(x, shape, strides, 0)` with `spec.resolve(x.shape)`: sliding
+        /// windows `[N, C, *out, *kernel]` of a channels-first input.
+        Windows {
+            /// Input (padded already).
+            read x: Slot,
+            /// Window geometry.
+            attr spec: WindowSpec,
+            /// Output.
+            write out: Slot,
+        } shapeless: false,
+        /// AveragePool divisors: `(shape, data) = spec.divisor(x.shape)`, then
+        /// `out = mlx_astype(array(data, shape, float32), dtype)`.
+        PoolDivisor {
+            /// The pool's (unpadded) input, read for its shape only.
+            read x: Slot,
+            /// Pool attributes.
+            attr spec: PoolSpec,
+            /// Output dtype.
+            attr dtype: DataType,
+            /// Output.
+            write out: Slot,
+        } shapeless: false,
+        /// `out = take_axis(...)` repeated: for each `(axis, idx)` of `spec.resolve(x.shape,
+        /// host)`, `x = mlx_take_axis(x, array(idx, int32), axis)`; then `out = x`.
+        ResizeNearest {
+            /// Input.
+            read x: Slot,
+            /// Resize parameters.
+            host spec: ResizeSpec,
+            /// Output.
+            write out: Slot,
+        } shapeless: false,
+        /// `out` = the 1-D int64 array `x.shape[shape_range(rank, start, end)]` (no evaluation of
+        /// `x` needed).
+        Shape {
+            /// Input, read for its shape only.
+            read x: Slot,
+            /// ONNX `start`.
+            attr start: i64,
+            /// ONNX `end`.
+            attr end: Option<i64>,
+            /// Output.
+            write out: Slot,
+        } shapeless: false,
+        /// `out = mlx_full(full_shape(shape), value, dtype)` (ONNX `ConstantOfShape`).
+        Full {
+            /// Output shape.
+            host shape: ShapeSource,
+            /// Scalar fill value (a constant of `dtype`).
+            read value: Slot,
+            /// Output dtype.
+            attr dtype: DataType,
+            /// Output.
+            write out: Slot,
+        } shapeless: false,
+        /// `out = mlx_arange(start, limit, delta, dtype)` with the three scalars read on the host
+        /// (ONNX `Range`).
+        Arange {
+            /// Start scalar.
+            host start: FloatSource,
+            /// Limit scalar.
+            host limit: FloatSource,
+            /// Delta scalar.
+            host delta: FloatSource,
+            /// Output dtype.
+            attr dtype: DataType,
+            /// Output.
+            write out: Slot,
+        } shapeless: false,
+        /// `outs = mlx_split_sections(x, indices, axis)` where `indices` are the cumulative split
+        /// points from `split_points(x.shape[axis], ...)`.
+        Split {
+            /// Input.
+            read x: Slot,
+            /// Axis.
+            attr axis: i32,
+            /// Sizes of the parts; `None` means equal parts (`outs.len()` of them, the last one
+            /// smaller when the dim does not divide, as ONNX opset 18 allows).
+            host sizes: Option<ShapeSource>,
+            /// Outputs.
+            write outs: Vec<Slot>,
+        } shapeless: false,
+        /// `out = mlx_cumsum_axis(x, axis, reverse, inclusive, dtype)` (ONNX `CumSum`).
+        CumSum {
+            /// Input.
+            read x: Slot,
+            /// Axis.
+            attr axis: i32,
+            /// Accumulate from the end.
+            attr reverse: bool,
+            /// Include the current element (ONNX `exclusive == 0`).
+            attr inclusive: bool,
+            /// Accumulation and output dtype (x's dtype).
+            attr dtype: DataType,
+            /// Output.
+            write out: Slot,
+        } shapeless: true,
+        /// `out = mlx_cum{sum,prod}_axis(x, axis, reverse, inclusive)` in x's dtype (ONNX
+        /// `CumProd`, and `CumSum` whose axis is an input known only at run time).
+        Cumulative {
+            /// Sum or product.
+            attr op: CumOp,
+            /// Input.
+            read x: Slot,
+            /// The axis: one value, negative counting from the end ([`cumulative_axis`]).
+            host axis: ShapeSource,
+            /// Accumulate from the end.
+            attr reverse: bool,
+            /// Include the current element (ONNX `exclusive == 0`).
+            attr inclusive: bool,
+            /// Output.
+            write out: Slot,
+        } shapeless: matches!(axis, ShapeSource::Static(_)),
+        /// `out = mlx_view(x, dtype)`: x's bytes reinterpreted as `dtype` of the same width
+        /// (ONNX `BitCast`; float bit manipulation).
+        View {
+            /// Input.
+            read x: Slot,
+            /// The element type to read the bytes as (same size as x's).
+            attr dtype: DataType,
+            /// Output.
+            write out: Slot,
+        } shapeless: true,
+        /// `out = mlx_triu(x, k)` when `upper`, else `mlx_tril(x, k)` (ONNX `Trilu`).
+        Triangle {
+            /// Input (rank >= 2; the last two dims are the matrix).
+            read x: Slot,
+            /// Keep the upper triangle.
+            attr upper: bool,
+            /// Diagonal offset.
+            attr k: i32,
+            /// Output.
+            write out: Slot,
+        } shapeless: true,
+        /// `out = mlx_tile(x, reps)` (ONNX `Tile`).
+        Tile {
+            /// Input.
+            read x: Slot,
+            /// Repeats per axis.
+            host reps: ShapeSource,
+            /// Output.
+            write out: Slot,
+        } shapeless: false,
+        /// `out = mlx_quantized_matmul(x, w, scales, biases, transpose=true, group_size, bits,
+        /// "affine")`: `x @ w_hat.T` with `w_hat = scales * q + biases` per group (com.microsoft
+        /// MatMulNBits).
+        QuantizedMatmul {
+            /// Activations `[..., K]`.
+            read x: Slot,
+            /// Packed weights `[N, K * bits / 32]` (uint32).
+            read w: Slot,
+            /// Scales `[N, K / group_size]` (x's dtype).
+            read scales: Slot,
+            /// Biases `[N, K / group_size]` (x's dtype).
+            read biases: Slot,
+            /// Elements per group (32, 64 or 128).
+            attr group_size: i32,
+            /// Bits per element (4 or 8).
+            attr bits: i32,
+            /// Output `[..., N]`.
+            write out: Slot,
+        } shapeless: true,
+        /// The present key or value cache of com.microsoft GroupQueryAttention: with
+        /// `l = gqa_layout(B, S, past.shape[2], host(seqlens), host(total)[0])`, sequence `b` of
+        /// `out` (`[B, H, l.present_len, D]`) is `past[b, :, :l.offsets[b]]`, then `new[b]`, then
+        /// zeros (`mlx_slice`, `mlx_concatenate_axis`, `mlx_zeros`).
+        KvCache {
+            /// Past cache `[B, H, M, D]`, if any.
+            read past: Option<Slot>,
+            /// New keys or values `[B, H, S, D]`.
+            read new: Slot,
+            /// `seqlens_k` (`[B]`, read on the host).
+            read_host seqlens: Slot,
+            /// `total_sequence_length`.
+            host total: ShapeSource,
+            /// Output.
+            write out: Slot,
+        } shapeless: false,
+        /// The attention mask of com.microsoft GroupQueryAttention: `l.mask(window)` as a bool
+        /// array `[B, 1, S, P]` (`l` as for [`Step::KvCache`], `B`, `S` from `like`, which is
+        /// `[B, H, S, D]`); with `bias` (`[B|1, H|1, S, T]`), the additive float mask
+        /// `mlx_where(keep, pad(bias, T -> P), -inf)`.
+        GqaMask {
+            /// `seqlens_k` (read on the host).
+            read_host seqlens: Slot,
+            /// `total_sequence_length`.
+            host total: ShapeSource,
+            /// New keys `[B, H, S, D]` (read for their shape only).
+            read like: Slot,
+            /// Past cache (read for its shape only), if any.
+            read past: Option<Slot>,
+            /// Local window (`<= 0`: none).
+            attr window: i64,
+            /// Attention bias added to the scores, if any.
+            read bias: Option<Slot>,
+            /// Output.
+            write out: Slot,
+        } shapeless: false,
+        /// Rotary positions of com.microsoft GroupQueryAttention: `l.positions(position_ids)` as an
+        /// int64 array `[B, S]` (`position_ids` read on the host when given).
+        GqaPositions {
+            /// `seqlens_k` (read on the host).
+            read_host seqlens: Slot,
+            /// `total_sequence_length`.
+            host total: ShapeSource,
+            /// New keys `[B, H, S, D]` (read for their shape only).
+            read like: Slot,
+            /// Past cache (read for its shape only), if any.
+            read past: Option<Slot>,
+            /// Explicit position ids `[B, S]` (int64), if any.
+            read_host position_ids: Option<Slot>,
+            /// Output.
+            write out: Slot,
+        } shapeless: false,
+        /// `out = mlx_arange(0, like.shape[axis], 1, dtype)` (`like` is read for its shape only).
+        Iota {
+            /// The array whose dim gives the length.
+            read like: Slot,
+            /// The dim (may be negative: MLX's rule).
+            attr axis: i32,
+            /// Output dtype.
+            attr dtype: DataType,
+            /// Output.
+            write out: Slot,
+        } shapeless: false,
+        /// Attention with extras: when `softcap == 0`,
+        /// `mlx_fast_scaled_dot_product_attention(q, k, v, scale, mode, mask, sinks)` as for
+        /// [`Step::Attention`] (with `causal` and a mask both set, the causal keep-mask, aligned to
+        /// the bottom-right, is combined into the array mask); with `softcap > 0` the same
+        /// computed step by step: `scores = softcap * tanh(q k^T * scale / softcap)`, masked,
+        /// softmax (with the sink logits in the denominator), times `v`. `sinks` is `[Hq]`.
+        AttentionEx {
+            /// Queries `[B, Hq, S, D]`.
+            read q: Slot,
+            /// Keys `[B, Hkv, T, D]`.
+            read k: Slot,
+            /// Values `[B, Hkv, T, Dv]`.
+            read v: Slot,
+            /// Bool keep-mask or additive float mask broadcastable to `[B, Hq, S, T]`.
+            read mask: Option<Slot>,
+            /// Causal (bottom-right aligned).
+            attr causal: bool,
+            /// Per-head sink logits `[Hq]`.
+            read sinks: Option<Slot>,
+            /// Score scale.
+            attr scale: f32,
+            /// Logit soft cap (`0`: none).
+            attr softcap: f32,
+            /// Output `[B, Hq, S, Dv]`.
+            write out: Slot,
+        } shapeless: !(*causal && mask.is_some()),
+        /// `out = mlx_conv_general(x, w, a.conv..., flip = true)` with `a = spec.resolve(x.shape)`,
+        /// then, when `a.needs_crop()`, `mlx_slice` dropping `a.crop_lo` / `a.crop_hi` elements of
+        /// each spatial dim (ONNX `ConvTranspose`; channels-last input `[N, *spatial, C]`, weight
+        /// `[O, *kernel, C/groups]`; `input_dilation` carries the ONNX strides).
+        ConvTranspose {
+            /// Channels-last input.
+            read x: Slot,
+            /// Weight in `mlx_conv_general`'s layout.
+            read w: Slot,
+            /// Attributes.
+            attr spec: ConvTransposeSpec,
+            /// Output (channels-last).
+            write out: Slot,
+        } shapeless: spec.is_shapeless(),
+        /// `out = mlx_argsort_axis(x, axis)`: uint32 indices that sort `x` ascending along `axis`;
+        /// equal elements keep their order (MLX sorts stably).
+        ArgSort {
+            /// Input.
+            read x: Slot,
+            /// Axis.
+            attr axis: i32,
+            /// Output (uint32).
+            write out: Slot,
+        } shapeless: true,
+        /// `out = <op.mlx_fn()>(x, vector(indices), updates, axes)`: MLX's scatter with one index
+        /// array per axis in `axes` (broadcast together to shape `I`); `updates` has shape
+        /// `I ++ slice`, the slice being 1 on `axes` and `x`'s dim elsewhere.
+        Scatter {
+            /// `none` / `add` / `mul` / `max` / `min`.
+            attr op: ScatterOp,
+            /// Data.
+            read x: Slot,
+            /// Integer index arrays (non-negative), one per axis.
+            read indices: Vec<Slot>,
+            /// Updates.
+            read updates: Slot,
+            /// Indexed axes.
+            attr axes: Vec<i32>,
+            /// Output.
+            write out: Slot,
+        } shapeless: true,
+        /// `out = mlx_gather(x, vector(indices), axes, gather_slice_sizes(x.shape, axes))`: shape
+        /// `I ++ slice` (the slice is 1 on `axes`, `x`'s dim elsewhere); MLX wraps negative
+        /// indices of signed types.
+        Gather {
+            /// Data.
+            read x: Slot,
+            /// Integer index arrays, one per axis, broadcast together.
+            read indices: Vec<Slot>,
+            /// Indexed axes.
+            attr axes: Vec<i32>,
+            /// Output.
+            write out: Slot,
+        } shapeless: false,
+        /// Linear / cubic `Resize` of a float32 `x` with `a = spec.resolve(x.shape, host)`: no
+        /// axes -> `mlx_astype(x, float32)` (a copy); otherwise, per tap, `mlx_take_axis` with an
+        /// int32 index array and `mlx_multiply` by a float32 weight array shaped to broadcast
+        /// along its axis. Linear (`!a.separable`): the corners (last axis varying fastest) are
+        /// gathered along every axis and `sum(w_last * ... * w_first * corner)` is accumulated
+        /// with `mlx_add` in order. Cubic: one pass per axis, innermost first, each
+        /// `sum(take * w [/ divisor])`. With `a.extrapolation`, `mlx_where(inside, y, value)`.
+        ResizeInterp {
+            /// Input (float32).
+            read x: Slot,
+            /// Resize parameters.
+            host spec: InterpSpec,
+            /// Output (float32).
+            write out: Slot,
+        } shapeless: false,
+        /// ONNX `Col2Im` of a float32 `x` `[N, C*K, L]` with `g = spec.resolve(host)`:
+        /// `mlx_reshape` to `[N, C, K*L]`, `mlx_pad` of one trailing zero, then for each kernel
+        /// offset `mlx_take_axis` of `g.sources[k]` (int32) summed in order with `mlx_add`, and
+        /// `mlx_reshape` to `[N, C, *image]`.
+        Col2Im {
+            /// Input (float32).
+            read x: Slot,
+            /// Shapes and attributes.
+            host spec: Col2ImSpec,
+            /// Output (float32).
+            write out: Slot,
+        } shapeless: false,
+        /// ONNX `NonZero`: reads `x` on the host ([`HostReader::floats`]) and creates the int64
+        /// array `[rank, count]` of `nonzero_coords(x.shape, values != 0)` (data-dependent shape).
+        NonZero {
+            /// Input.
+            read_host x: Slot,
+            /// Output (int64).
+            write out: Slot,
+        } shapeless: false,
+        /// ONNX `HannWindow` / `HammingWindow` / `BlackmanWindow` of a size read on the host: an
+        /// array made from `cosine_window(kind, size.get(host)[0], periodic, dtype)`.
+        Window {
+            /// Which window.
+            attr kind: WindowKind,
+            /// The window length.
+            host size: ShapeSource,
+            /// Periodic (`N` in the denominator) or symmetric (`N - 1`).
+            attr periodic: bool,
+            /// Output dtype.
+            attr dtype: DataType,
+            /// Output.
+            write out: Slot,
+        } shapeless: false,
+        /// ONNX `DFT` of a float32 `x` (`[..., 1 | 2]`) with `a = spec.resolve(x.shape, host)`:
+        /// complex input `mlx_view(contiguous(x), complex64)` squeezed, real input squeezed and
+        /// `mlx_astype(.., complex64)`; then `mlx_fft_fft` / `mlx_fft_ifft` / `mlx_fft_irfft` of
+        /// length `a.n` along `a.axis`; one-sided forward output sliced to `a.keep` bins
+        /// (`mlx_slice`); complex results `mlx_view(.., float32)` of the expanded last dim (real
+        /// results expanded): float32 `[..., 2 | 1]`.
+        Dft {
+            /// Input.
+            read x: Slot,
+            /// Parameters.
+            host spec: DftSpec,
+            /// Output.
+            write out: Slot,
+        } shapeless: false,
+        /// `out = mlx_linalg_det(x)` on the CPU stream (MLX's linear algebra runs on the CPU only);
+        /// `x` is float32 `[..., n, n]`.
+        Det {
+            /// Square matrices.
+            read x: Slot,
+            /// Determinants.
+            write out: Slot,
+        } shapeless: false,
+        /// ONNX `Unique`, on the host: reads `x` (`HostReader::ints` for integer and bool types,
+        /// `floats` for floats), computes `unique(dtype, x.shape, values, axis, sorted)` and makes
+        /// arrays of its four results for `outs` (Y, indices, inverse_indices, counts).
+        Unique {
+            /// Input.
+            read_host x: Slot,
+            /// Its dtype (Y's).
+            attr dtype: DataType,
+            /// Slices along this axis, or the flattened elements.
+            attr axis: Option<usize>,
+            /// Sorted ascending, or in order of first occurrence.
+            attr sorted: bool,
+            /// The four outputs.
+            write outs: Vec<Slot>,
+        } shapeless: false,
+        /// ONNX `RoiAlign` over float32 X `[N, C, H, W]`: host reads of `rois` and `batch_indices`,
+        /// [`RoiAlignSpec::samples`] gives gather rows and weights; on the device X becomes
+        /// `[N*H*W, C]` (`mlx_transpose_axes`, `mlx_reshape`), `mlx_take_axis` of the rows,
+        /// `mlx_multiply` by the weights, `mlx_where` for padding, `mlx_sum_axes` / `mlx_divide`
+        /// (avg) or `mlx_max_axes` (max), back to `[R, C, output_height, output_width]`.
+        RoiAlign {
+            /// Input X, float32 `[N, C, H, W]`.
+            read x: Slot,
+            /// Rois, float32 `[R, 4]` (read on the host).
+            host rois: Slot,
+            /// Batch indices, int64 `[R]` (read on the host).
+            host batch_indices: Slot,
+            /// The attributes.
+            attr spec: RoiAlignSpec,
+            /// Output.
+            write out: Slot,
+        } shapeless: false,
+        /// ONNX `NonMaxSuppression`, on the host: reads every input (`HostReader::floats`, `ints`
+        /// for `max_output`) and makes an int64 array `[num_selected, 3]` of
+        /// `non_max_suppression(..)` (ONNX Runtime's CPU kernel; data-dependent shape).
+        NonMaxSuppression {
+            /// Boxes, float32 `[B, N, 4]`.
+            read_host boxes: Slot,
+            /// Scores, float32 `[B, C, N]`.
+            read_host scores: Slot,
+            /// `max_output_boxes_per_class` (int64), absent: no boxes.
+            read_host max_output: Option<Slot>,
+            /// `iou_threshold` (float32), absent: 0.
+            read_host iou_threshold: Option<Slot>,
+            /// `score_threshold` (float32), absent: no score filter.
+            read_host score_threshold: Option<Slot>,
+            /// Boxes are `[x_center, y_center, width, height]` (else `[y1, x1, y2, x2]`).
+            attr center_point_box: bool,
+            /// Output (int64).
+            write out: Slot,
+        } shapeless: false,
+        /// ONNX RNN / GRU / LSTM (layout 0) over float32 arrays, the time loop run by the runtime
+        /// over `x`'s dim 0 (known only at run time). Per direction `d`: `mlx_matmul(x, W[d]^T)`
+        /// plus the biases outside the recurrence once for all steps; then per step `mlx_slice` of
+        /// that projection, `mlx_matmul` of the state by `R[d]^T` (the slices of it), `mlx_add`
+        /// / `mlx_multiply` / `mlx_subtract`, clip as `mlx_maximum` / `mlx_minimum`, the
+        /// activations of `spec` (ORT's formulas), and with `lens` an `mlx_where` by the mask
+        /// `t < lens[b]` that keeps the previous state and writes zeros to Y. Y is `mlx_stack`ed
+        /// over time and `mlx_concatenate`d over directions; an empty sequence (`lens[b] = 0`, or
+        /// a zero-length `x`) ends with zero states. Outputs: Y `[T, D, B, H]`, Y_h `[D, B, H]`,
+        /// Y_c `[D, B, H]`.
+        Recurrent {
+            /// The layer's static attributes.
+            attr spec: RecurrentSpec,
+            /// X `[T, B, I]`.
+            read x: Slot,
+            /// W `[D, G*H, I]`.
+            read w: Slot,
+            /// R `[D, G*H, H]`.
+            read r: Slot,
+            /// B `[D, 2*G*H]`.
+            read b: Option<Slot>,
+            /// sequence_lens (int32 `[B]`).
+            read lens: Option<Slot>,
+            /// initial_h `[D, B, H]`.
+            read h0: Option<Slot>,
+            /// initial_c `[D, B, H]` (LSTM).
+            read c0: Option<Slot>,
+            /// Peepholes `[D, 3*H]` (LSTM, order i, o, f).
+            read p: Option<Slot>,
+            /// Y, Y_h, Y_c (each when wanted).
+            write outs: [Option<Slot>; 3],
+        } shapeless: false,
+        /// A run-time requirement on values (ORT's kernels check them; MLX doesn't): the run fails
+        /// with `node '<node>' (<op>): <what>` unless every element of `ok` (bool) is true. `out`
+        /// is `all(ok)` (bool scalar); the runtime folds it into the run's status, evaluated with
+        /// the outputs, so the check costs no extra synchronisation.
+        Require {
+            /// The condition (bool, any shape; empty is true).
+            read ok: Slot,
+            /// What is wrong when it fails.
+            attr what: String,
+            /// `all(ok)`.
+            write out: Slot,
+        } shapeless: true,
+        /// Integer shape arithmetic on the host during the trace (no MLX call, no device read):
+        /// `crate::host::eval_host_node(node, args)`, bound to `out` as a host value and as an
+        /// array. Exported decoders compute reshape targets and slice bounds from `Shape` of
+        /// activations whose dims the planner can't know; MLX knows every array's shape while
+        /// building the graph, so the whole chain runs here.
+        HostEval {
+            /// The ONNX node (a host-program op, or `Shape`).
+            attr node: Box<crate::host::HostNode>,
+            /// Where each input's host value comes from.
+            mixed args: Vec<crate::host::HostArg>,
+            /// The result.
+            write out: Slot,
+        } shapeless: false,
+    }
+}
