@@ -53,6 +53,7 @@ def run_child(tmp_path, script: str, extra_env: dict | None = None) -> tuple[dic
     env["ORTMLX_TRACE"] = str(tmp_path / "trace.json")
     env["ORTMLX_LOG"] = "info"
     env["PYTHONPATH"] = os.path.dirname(os.path.abspath(__file__))
+    env["ORTMLX_DEVICE_MEMORY"] = "1"  # opt-in (see docs/usage.md); a test may switch it off
     env.update(extra_env or {})
     result = subprocess.run(
         [sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=900
@@ -138,6 +139,7 @@ print(json.dumps({"y": y.tolist(), "info": hasattr(devices[0], "memory_info")}))
 
 
 def test_device_memory_can_be_switched_off(tmp_path):
+    # Off (the default): copies; on (ORTMLX_DEVICE_MEMORY=1): the output is MLX's own buffer.
     report, _ = run_child(tmp_path, OFF_CHILD, {"ORTMLX_DEVICE_MEMORY": "0"})
     assert report["y"] == [3.0] * 4
     (run,) = compute_events(tmp_path / "trace.json")
