@@ -264,6 +264,42 @@ impl LowerCtx<'_> {
         out
     }
 
+    /// `0..like.shape[axis]` as int64 (`like` is read for its shape only).
+    pub(crate) fn iota(&mut self, like: Slot, axis: i32) -> Slot {
+        let out = self.temp(DataType::Int64);
+        self.push(Step::Iota {
+            like,
+            axis,
+            dtype: DataType::Int64,
+            out,
+        });
+        out
+    }
+
+    /// `x.shape` as an int64 vector (no evaluation of `x`).
+    pub(crate) fn shape_vec(&mut self, x: Slot) -> Slot {
+        let out = self.temp(DataType::Int64);
+        self.push(Step::Shape {
+            x,
+            start: 0,
+            end: None,
+            out,
+        });
+        out
+    }
+
+    /// `x.shape[axis]` as a one-element int64 array (no evaluation of `x`).
+    pub(crate) fn dim_1d(&mut self, x: Slot, axis: i64) -> Slot {
+        let out = self.temp(DataType::Int64);
+        self.push(Step::Shape {
+            x,
+            start: axis,
+            end: Some(axis + 1),
+            out,
+        });
+        out
+    }
+
     /// Emits `mlx_<op>(a, b)` into a new temporary.
     pub(crate) fn binary(&mut self, op: BinaryOp, a: Slot, b: Slot, dtype: DataType) -> Slot {
         let out = self.temp(if op.returns_bool() {

@@ -397,17 +397,6 @@ fn reduce_last(ctx: &mut LowerCtx, op: ReduceOp, x: Slot, dt: DataType) -> Slot 
     out
 }
 
-fn iota(ctx: &mut LowerCtx, like: Slot, axis: i32) -> Slot {
-    let out = ctx.temp(DataType::Int64);
-    ctx.push(Step::Iota {
-        like,
-        axis,
-        dtype: DataType::Int64,
-        out,
-    });
-    out
-}
-
 fn select(ctx: &mut LowerCtx, cond: Slot, x: Slot, y: Slot, dt: DataType) -> Slot {
     let out = ctx.temp(dt);
     ctx.push(Step::Where { cond, x, y, out });
@@ -425,17 +414,11 @@ fn causal_keep(
     past: Option<Slot>,
     lens: Option<Slot>,
 ) -> Result<Slot, PlanError> {
-    let rows = iota(ctx, q, 2);
+    let rows = ctx.iota(q, 2);
     let rows = unsqueeze(ctx, rows, 1, DataType::Int64);
-    let cols = iota(ctx, k, 2);
+    let cols = ctx.iota(k, 2);
     if let Some(lens) = lens {
-        let s = ctx.temp(DataType::Int64);
-        ctx.push(Step::Shape {
-            x: q,
-            start: 2,
-            end: Some(3),
-            out: s,
-        });
+        let s = ctx.dim_1d(q, 2);
         let shifted = ctx.binary(B::Add, cols, s, DataType::Int64);
         let limit = ctx.binary(B::Add, rows, lens, DataType::Int64);
         return Ok(ctx.binary(B::LessEqual, shifted, limit, DataType::Int64));
@@ -443,22 +426,10 @@ fn causal_keep(
     let Some(past) = past else {
         return Ok(ctx.binary(B::LessEqual, cols, rows, DataType::Int64));
     };
-    let p = ctx.temp(DataType::Int64);
-    ctx.push(Step::Shape {
-        x: past,
-        start: 2,
-        end: Some(3),
-        out: p,
-    });
+    let p = ctx.dim_1d(past, 2);
     let limit = ctx.binary(B::Add, rows, p, DataType::Int64);
     let keep = ctx.binary(B::LessEqual, cols, limit, DataType::Int64);
-    let s = ctx.temp(DataType::Int64);
-    ctx.push(Step::Shape {
-        x: q,
-        start: 2,
-        end: Some(3),
-        out: s,
-    });
+    let s = ctx.dim_1d(q, 2);
     let one = ctx.scalar(DataType::Int64, 1.0)?;
     let zero = ctx.scalar(DataType::Int64, 0.0)?;
     let single = ctx.binary(B::Equal, s, one, DataType::Int64);
@@ -548,7 +519,7 @@ fn explicit_attention(
         scores = ctx.binary(B::Add, scores, a, cdt);
     }
     if let Some(lens) = lens {
-        let cols = iota(ctx, k, 2);
+        let cols = ctx.iota(k, 2);
         let valid = ctx.binary(B::Less, cols, lens, DataType::Int64);
         scores = select(ctx, valid, scores, low, cdt);
     }

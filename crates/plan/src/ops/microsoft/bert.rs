@@ -206,30 +206,6 @@ fn lowest(dt: DataType) -> f64 {
     }
 }
 
-/// `x.shape[axis]` as a one-element int64 array.
-fn dim_of(ctx: &mut LowerCtx, x: Slot, axis: i64) -> Slot {
-    let out = ctx.temp(DataType::Int64);
-    ctx.push(Step::Shape {
-        x,
-        start: axis,
-        end: Some(axis + 1),
-        out,
-    });
-    out
-}
-
-/// `0..x.shape[axis]` as int64.
-fn iota(ctx: &mut LowerCtx, like: Slot, axis: i32) -> Slot {
-    let out = ctx.temp(DataType::Int64);
-    ctx.push(Step::Iota {
-        like,
-        axis,
-        dtype: DataType::Int64,
-        out,
-    });
-    out
-}
-
 /// Where `keep`, 0, else `masked` (dtype `dt`).
 fn additive(ctx: &mut LowerCtx, keep: Slot, masked: f64, dt: DataType) -> Result<Slot, PlanError> {
     let zero = ctx.scalar(dt, 0.0)?;
@@ -263,7 +239,7 @@ fn mask_keep(
             } else if form == MaskForm::EndMaybeStart {
                 // Ends are the first B values; starts the next B of `[mask, 0 * mask]`, which
                 // are zeros when the mask has only B values.
-                let b = iota(ctx, x, 0);
+                let b = ctx.iota(x, 0);
                 let end = ctx.temp(i64_);
                 ctx.push(Step::Take {
                     x: m,
@@ -274,8 +250,8 @@ fn mask_keep(
                 let zero = ctx.scalar(i64_, 0.0)?;
                 let zeros = ctx.binary(B::Multiply, m, zero, i64_);
                 let padded = concat(ctx, vec![m, zeros], 0, i64_);
-                let nb = dim_of(ctx, x, 0);
-                let len = dim_of(ctx, m, 0);
+                let nb = ctx.dim_1d(x, 0);
+                let len = ctx.dim_1d(m, 0);
                 let two = ctx.scalar(i64_, 2.0)?;
                 let nb2 = ctx.binary(B::Multiply, nb, two, i64_);
                 let is_b = ctx.binary(B::Equal, len, nb, i64_);
@@ -301,7 +277,7 @@ fn mask_keep(
                 });
                 (parts[0], Some(parts[1]))
             };
-            let t = iota(ctx, kh, 2);
+            let t = ctx.iota(kh, 2);
             let end = unsqueeze(ctx, end, 1, DataType::Int64);
             let mut keep = ctx.binary(B::Less, t, end, DataType::Int64);
             if let Some(start) = start {
@@ -388,11 +364,11 @@ fn lower_attention(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     }
     if a.causal {
         // Key t is after query s when t - T > s - S (the past precedes the new tokens).
-        let t = iota(ctx, kh, 2);
-        let tl = dim_of(ctx, kh, 2);
+        let t = ctx.iota(kh, 2);
+        let tl = ctx.dim_1d(kh, 2);
         let t = ctx.binary(B::Subtract, t, tl, DataType::Int64);
-        let s = iota(ctx, qh, 2);
-        let sl = dim_of(ctx, qh, 2);
+        let s = ctx.iota(qh, 2);
+        let sl = ctx.dim_1d(qh, 2);
         let s = ctx.binary(B::Subtract, s, sl, DataType::Int64);
         let s = unsqueeze(ctx, s, 1, DataType::Int64);
         let future = ctx.binary(B::Greater, t, s, DataType::Int64);
@@ -768,7 +744,7 @@ fn lower_packed_mha(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
         out: inv,
     });
     let inv = ctx.cast(inv, DataType::Uint32, i64_);
-    let tokens = dim_of(ctx, q, 0);
+    let tokens = ctx.dim_1d(q, 0);
 
     let real = ctx.binary(B::Less, inv, tokens, i64_);
     let zero = ctx.scalar(i64_, 0.0)?;

@@ -381,20 +381,8 @@ fn svc_rows(ctx: &mut LowerCtx, node: &Node, c: i64) -> Result<Slot, PlanError> 
         Some(_) => return Ok(x),
         None => {}
     }
-    let shape = ctx.temp(i);
-    ctx.push(Step::Shape {
-        x,
-        start: 0,
-        end: None,
-        out: shape,
-    });
-    let rank = ctx.temp(i);
-    ctx.push(Step::Shape {
-        x: shape,
-        start: 0,
-        end: None,
-        out: rank,
-    });
+    let shape = ctx.shape_vec(x);
+    let rank = ctx.shape_vec(shape);
     let last = crate::ops::microsoft::slice_last(ctx, shape, -1, i64::MAX, 1, i);
     let cs = ctx.scalar(i, c as f64)?;
     let wide = ctx.binary(BinaryOp::Equal, last, cs, i);

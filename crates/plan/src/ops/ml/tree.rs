@@ -840,20 +840,8 @@ fn input_rows(ctx: &mut LowerCtx, node: &Node, f: &Forest) -> Result<Slot, PlanE
     if rank == Some(2) && crate::ops::microsoft::lower_last_dim(ctx, node, 0).is_some() {
         return Ok(x);
     }
-    let shape = ctx.temp(i);
-    ctx.push(Step::Shape {
-        x,
-        start: 0,
-        end: None,
-        out: shape,
-    });
-    let rk = ctx.temp(i);
-    ctx.push(Step::Shape {
-        x: shape,
-        start: 0,
-        end: None,
-        out: rk,
-    });
+    let shape = ctx.shape_vec(x);
+    let rk = ctx.shape_vec(shape);
     let last = crate::ops::microsoft::slice_last(ctx, shape, -1, i64::MAX, 1, i);
     let two = ctx.scalar(i, 2.0)?;
     let is2 = ctx.binary(BinaryOp::Equal, rk, two, i);
