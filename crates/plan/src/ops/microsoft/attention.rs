@@ -18,7 +18,7 @@ use crate::step::{BinaryOp as B, ShapeSource};
 #[rustfmt::skip]
 pub fn register(r: &mut Registry) {
     r.op(MS, "GroupQueryAttention", 1, 1, claim_gqa, lower_gqa)
-        .notes("float caches only; no `qk_output`, Q/K norm weights, sliding-window cache or `causal=0`; reads `seqlens_k` on the host");
+        .notes("float caches only; no `qk_output`, Q/K norm weights, sliding-window cache or `causal=0`; reads `seqlens_k` on the host (computed there from `attention_mask` when the graph derives it from it; decode steps then run as one compiled closure)");
     r.op(MS, "MultiHeadAttention", 1, 1, claim_mha, lower_mha)
         .notes("separate 3-D Q/K/V (+bias), past/present, `attention_bias`, 1-D/2-D `key_padding_mask`; `unidirectional` only with equal query and key lengths");
 }
