@@ -93,12 +93,12 @@ bench)
   ;;
 memory)
   echo "== device memory (allocator, data transfer, IOBinding) on the GPU stream"
-  ORTMLX_DEVICE_MEMORY=1 ORTMLX_TEST_DEVICE=gpu timeout 200 $py -rf tests/python/test_device_memory.py -k "${ORTMLX_MEMORY_TESTS:-decode or dtype or stress or outlive}" \
+  ORTMLX_TEST_DEVICE=gpu timeout 200 $py -rf tests/python/test_device_memory.py -k "${ORTMLX_MEMORY_TESTS:-decode or dtype or stress or outlive}" \
     > "$out/memory.log" 2> "$out/memory.err"
   echo "pytest exit $?"
   tail -n 6 "$out/memory.log"
   echo "== GQA decoders on the GPU, plain runs and IOBinding"
-  ORTMLX_DEVICE_MEMORY=1 ORTMLX_TRACE=/tmp/ortmlx-llm-trace.json timeout 330 python3 tests/python/llm.py --bench --ep-option device=gpu \
+  ORTMLX_TRACE=/tmp/ortmlx-llm-trace.json timeout 330 python3 tests/python/llm.py --bench --ep-option device=gpu \
     --models "${ORTMLX_LLM_MODELS:-tiny,larger}" --repeats 2 --steps 48 --out "$out/llm_gpu.json" 2> "$out/llm.err" | tee "$out/llm.txt"
   echo "llm exit ${PIPESTATUS[0]}"
   tail -n 3 "$out/llm.err"

@@ -37,10 +37,6 @@ CPU_EP = "CPUExecutionProvider"
 LIBRARY_VAR = "ORTMLX_EP_LIBRARY"
 # `ORTMLX_TEST_DEVICE=gpu` runs every MLX session on MLX's GPU stream (the GPU check on the
 # device machine sets it); unset, the EP's default device (the CPU) is used.
-# The suites run with the EP's device memory declared (opt-in for users, `ORTMLX_DEVICE_MEMORY=1`,
-# see docs/usage.md); the conformance run and the wheel checks use the default (off). Read once,
-# when the library is registered.
-os.environ.setdefault("ORTMLX_DEVICE_MEMORY", "1")
 DEFAULT_EP_OPTIONS = {"device": os.environ["ORTMLX_TEST_DEVICE"]} if os.environ.get("ORTMLX_TEST_DEVICE") else {}
 REGISTRATION_NAME = "ortmlx"
 

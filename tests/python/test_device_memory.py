@@ -1,7 +1,7 @@
 """The MLX EP's device memory: the allocator ORT gets from the EP (its blocks are MLX buffers),
 the data transfer, inputs read in place and outputs that become ORT's allocation, IOBinding.
 
-Values bound to the MLX device (``OrtDevice(cpu, default memory, llm.MLX_VENDOR_ID, 0)``) live
+Values bound to the MLX device (``OrtDevice(gpu, default memory, llm.MLX_VENDOR_ID, 0)``) live
 in MLX's own buffers: a run reads such an input without copying, and an output ORT allocates
 there is the MLX result itself. The per-run counters (``bound_inputs``, ``adopted_outputs``,
 ``copied_input_bytes``, ``copied_output_bytes``, ``kv_copied_bytes``) come from the EP's trace,
@@ -53,7 +53,6 @@ def run_child(tmp_path, script: str, extra_env: dict | None = None) -> tuple[dic
     env["ORTMLX_TRACE"] = str(tmp_path / "trace.json")
     env["ORTMLX_LOG"] = "info"
     env["PYTHONPATH"] = os.path.dirname(os.path.abspath(__file__))
-    env["ORTMLX_DEVICE_MEMORY"] = "1"  # opt-in (see docs/usage.md); a test may switch it off
     env.update(extra_env or {})
     result = subprocess.run(
         [sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=900
@@ -139,7 +138,7 @@ print(json.dumps({"y": y.tolist(), "info": hasattr(devices[0], "memory_info")}))
 
 
 def test_device_memory_can_be_switched_off(tmp_path):
-    # Off (the default): copies; on (ORTMLX_DEVICE_MEMORY=1): the output is MLX's own buffer.
+    # Off (ORTMLX_DEVICE_MEMORY=0): copies; on (the default): the output is MLX's own buffer.
     report, _ = run_child(tmp_path, OFF_CHILD, {"ORTMLX_DEVICE_MEMORY": "0"})
     assert report["y"] == [3.0] * 4
     (run,) = compute_events(tmp_path / "trace.json")
@@ -193,6 +192,56 @@ def test_mixed_graph_through_mlx_memory_matches_the_cpu_ep():
     session.run_with_iobinding(again)
     expected2 = make_session(model, mlx=False).run(None, {"x": expected})[0]
     np.testing.assert_allclose(again.get_outputs()[0].numpy(), expected2, rtol=1e-6, atol=1e-7)
+
+
+def if_branch_model() -> onnx.ModelProto:
+    """An ``If`` left to ORT's CPU EP (its else branch holds a float64 Softmax, which MLX
+    declines) whose then branch MLX runs, ending in a Reshape to a runtime shape: ORT can't
+    size the ``If`` output ahead, so the branch's MLX output is copied into it at run time."""
+    then = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Reshape", ["r", "shape"], ["t"])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("t", TensorProto.FLOAT, None)],
+    )
+    other = helper.make_graph(
+        [
+            helper.make_node("Cast", ["x"], ["d"], to=TensorProto.DOUBLE),
+            helper.make_node("Softmax", ["d"], ["e"]),
+            helper.make_node("Cast", ["e"], ["f"], to=TensorProto.FLOAT),
+        ],
+        "else",
+        [],
+        [helper.make_tensor_value_info("f", TensorProto.FLOAT, None)],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("If", ["cond"], ["y"], then_branch=then, else_branch=other)],
+        "if_branch",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+            helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("shape", TensorProto.INT64, [2]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.skipif(not MIXES_EPS, reason="ORT 1.23.0 can't mix plugin-EP and CPU nodes in one graph")
+def test_an_if_branch_output_of_runtime_shape_reaches_the_if_output():
+    # Regression: with the memory declared as a CPU-type device ORT treated the EP as CPU-based,
+    # skipped the subgraph's output copy, and the If returned uninitialised memory.
+    model = if_branch_model()
+    session = make_session(model)
+    reference = make_session(model, mlx=False)
+    x = np.arange(1, 7, dtype=np.float32).reshape(2, 3) - 3.5
+    for cond in (True, False, True):
+        feeds = {"x": x, "cond": np.array(cond), "shape": np.array([3, 2], np.int64)}
+        np.testing.assert_allclose(session.run(None, feeds)[0], reference.run(None, feeds)[0], rtol=1e-6)
+    assert_on_mlx(session, ["Relu", "Reshape"])
+    assert_on_cpu(session, ["If", "Softmax"])
 
 
 def simple_model() -> onnx.ModelProto:

@@ -3,11 +3,14 @@
 //! (`OrtEpFactory::CreateDataTransfer`) that copies between it and host memory.
 //!
 //! The blocks are MLX buffers ([`runtime::device_memory`]). The memory is declared as a
-//! CPU-type device with the EP's own vendor id ([`MLX_VENDOR_ID`]): MLX's arrays are host
-//! memory on its CPU backend and CUDA managed memory (valid on the host) on its CUDA backend,
-//! so ORT's CPU kernels may read and write them in place and ORT inserts no copy nodes between
-//! them and this EP's nodes, while the distinct vendor makes ORT allocate this EP's outputs,
-//! and the values a caller binds to this device, from this allocator.
+//! GPU-type device with the EP's own vendor id ([`MLX_VENDOR_ID`]), on every backend. The bytes
+//! are host-addressable everywhere (host memory on MLX's CPU backend, CUDA managed memory on its
+//! CUDA backend), but a CPU-type device makes ORT count this EP as CPU-based, and ORT then skips
+//! its device-copy bookkeeping for control-flow subgraphs: an `If` branch output computed here
+//! with a shape ORT can't infer was never copied into the `If`'s output (the ONNX suite's
+//! `affine_grid_*_expanded` cases came back as uninitialised memory). As a device of its own,
+//! ORT copies through this data transfer wherever a value crosses between this memory and host
+//! memory, and allocates this EP's outputs, and the values a caller binds to the device, here.
 
 use std::ffi::{CStr, c_void};
 use std::ptr;
@@ -23,23 +26,25 @@ use crate::api::Api;
 use crate::error::{EpError, guard, guard_value};
 
 /// The vendor id of the EP's memory device (ASCII "ML"); callers bind values to the device
-/// `(CPU, default memory, MLX_VENDOR_ID, 0)`.
+/// `(GPU, default memory, MLX_VENDOR_ID, 0)`.
 pub const MLX_VENDOR_ID: u32 = 0x4D4C;
 
 /// The name of the EP's memory info.
 pub const MEMORY_NAME: &CStr = c"MLX";
 
-/// Environment switch: `ORTMLX_DEVICE_MEMORY=1` declares the EP's device memory (allocator,
-/// data transfer, zero-copy inputs and outputs). Off by default for now: with it, a model whose
-/// control-flow nodes (`If`) stay on ORT's CPU EP while MLX runs nodes of their branches gave
-/// wrong outputs (the ONNX suite's `affine_grid_*_expanded` cases); without it every value
-/// lives in ORT's CPU memory and each run copies its inputs and outputs.
+/// Environment switch: the EP declares its device memory (allocator, data transfer, zero-copy
+/// inputs and outputs) unless `ORTMLX_DEVICE_MEMORY=0`; without it every value lives in ORT's
+/// CPU memory and each run copies its inputs and outputs.
 pub const DEVICE_MEMORY_VAR: &str = "ORTMLX_DEVICE_MEMORY";
 
 /// Whether the EP declares its device memory (see [`DEVICE_MEMORY_VAR`]).
 pub fn enabled() -> bool {
-    std::env::var(DEVICE_MEMORY_VAR)
-        .is_ok_and(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "on" | "true" | "yes"))
+    std::env::var(DEVICE_MEMORY_VAR).map_or(true, |v| {
+        !matches!(
+            v.to_ascii_lowercase().as_str(),
+            "0" | "off" | "false" | "no"
+        )
+    })
 }
 
 /// Creates the EP's memory info (released by the caller with `ReleaseMemoryInfo`).
@@ -50,7 +55,7 @@ pub fn create_memory_info(api: &Api) -> Result<*mut OrtMemoryInfo, EpError> {
         unsafe {
             (api.ort.CreateMemoryInfo_V2)(
                 MEMORY_NAME.as_ptr(),
-                OrtMemoryInfoDeviceType::OrtMemoryInfoDeviceType_CPU,
+                OrtMemoryInfoDeviceType::OrtMemoryInfoDeviceType_GPU,
                 MLX_VENDOR_ID,
                 0,
                 OrtDeviceMemoryType::OrtDeviceMemoryType_DEFAULT,
@@ -105,8 +110,9 @@ fn place(api: &Api, device: *const OrtMemoryDevice) -> Place {
     };
     log::trace!("memory device: type {kind}, memory {mem}, vendor {vendor:#x}");
     const CPU: i32 = OrtMemoryInfoDeviceType::OrtMemoryInfoDeviceType_CPU as i32;
+    const GPU: i32 = OrtMemoryInfoDeviceType::OrtMemoryInfoDeviceType_GPU as i32;
     const HOST_ACCESSIBLE: i32 = OrtDeviceMemoryType::OrtDeviceMemoryType_HOST_ACCESSIBLE as i32;
-    if kind == CPU && vendor == MLX_VENDOR_ID {
+    if kind == GPU && vendor == MLX_VENDOR_ID {
         Place::Mlx
     } else if kind == CPU || mem == HOST_ACCESSIBLE {
         Place::Host

@@ -116,10 +116,10 @@ pub const ENV_VARS: &[EnvVar] = &[
         name: "ORTMLX_DEVICE_MEMORY",
         scope: EnvScope::Library,
         read_by: "ortmlx-ep",
-        meaning: "`1`: declare the EP's MLX device memory (allocator, data transfer, zero-copy \
-                  inputs and outputs, IOBinding of the KV cache; see \"Device memory and \
-                  IOBinding\"). Off by default: a known bug gives wrong outputs when `If` \
-                  nodes stay on ORT's CPU EP around MLX nodes of their branches",
+        meaning: "`0`: declare no MLX device memory (no allocator, data transfer, zero-copy \
+                  inputs and outputs or IOBinding of the KV cache; see \"Device memory and \
+                  IOBinding\"): every value stays in ORT's CPU memory and each run copies its \
+                  inputs and outputs. Declared by default",
     },
     EnvVar {
         name: "ORTMLX_CPU_QUANTIZED_MATMUL",
