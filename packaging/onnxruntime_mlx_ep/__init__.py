@@ -243,7 +243,7 @@ def get_ep_devices() -> list:
     return devices if name is not None else _mlx_devices(ort)
 
 
-#: The vendor id of the EP's memory device: values on ``OrtDevice(gpu, default memory,
+#: The vendor id of the EP's memory device: values on ``OrtDevice(cpu, default memory,
 #: MLX_VENDOR_ID, 0)`` live in MLX's own buffers (see "Device memory and IOBinding" in the docs).
 MLX_VENDOR_ID = 0x4D4C
 
@@ -252,7 +252,7 @@ def get_mlx_device():
     """The EP's memory device as an ``onnxruntime.OrtDevice``."""
     import onnxruntime as ort
 
-    return ort.OrtDevice.make("gpu", 0, MLX_VENDOR_ID)
+    return ort.OrtDevice.make("cpu", 0, MLX_VENDOR_ID)
 
 
 def bind_output_to_mlx(io_binding, name: str) -> None:

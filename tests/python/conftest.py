@@ -276,6 +276,67 @@ def assert_outputs_match(actual: Sequence, expected: Sequence, *, rtol: float = 
             np.testing.assert_array_equal(a, e, err_msg=label)
 
 
+#: The integer matmuls whose B (input index) and B zero point (input index) ORT's CPU EP takes
+#: as uint8 x int8: on x86 CPUs without VNNI, MLAS sums u8 x s8 pairs in saturating int16
+#: (vpmaddubsw), so its results there are not the exact ones the ops define.
+_U8S8_MATMULS = {"MatMulInteger": (1, 3), "QLinearMatMul": (3, 5), "MatMulIntegerToFloat": (1, 5), "DynamicQuantizeMatMul": (1, 3)}
+
+
+def _shifted(x: np.ndarray) -> np.ndarray:
+    """int8 ``x`` as the uint8 ``x + 128``."""
+    return np.asarray(np.asarray(x, np.int16) + 128, np.uint8)
+
+
+def exact_reference(model, feeds: Mapping[str, np.ndarray]):
+    """``model`` and ``feeds`` for the CPU EP's reference run: every int8 B of a uint8 x int8
+    integer matmul becomes the uint8 ``B + 128`` with zero point ``b_zp + 128``, the same
+    product, which MLAS computes exactly on every CPU. Other models come back as they are."""
+    if not isinstance(model, onnx.ModelProto):
+        return model, feeds
+    nodes = [n for n in model.graph.node if n.op_type in _U8S8_MATMULS]
+    if not nodes:
+        return model, feeds
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    feeds = dict(feeds)
+    inits = {t.name: t for t in m.graph.initializer}
+    inputs = {v.name: v for v in m.graph.input}
+
+    def value(name):
+        if name in feeds:
+            return feeds[name]
+        if name in inits:
+            return onnx.numpy_helper.to_array(inits[name])
+        return None
+
+    def put(name, array):
+        if name in feeds:
+            feeds[name] = array
+            inputs[name].type.tensor_type.elem_type = onnx.TensorProto.UINT8
+        else:
+            inits[name].CopyFrom(onnx.numpy_helper.from_array(array, name))
+
+    for n in m.graph.node:
+        if n.op_type not in _U8S8_MATMULS:
+            continue
+        b_index, zp_index = _U8S8_MATMULS[n.op_type]
+        a, b = value(n.input[0]), value(n.input[b_index])
+        a_is_u8 = n.op_type == "DynamicQuantizeMatMul" or (a is not None and a.dtype == np.uint8)
+        if not a_is_u8 or b is None or b.dtype != np.int8:
+            continue
+        put(n.input[b_index], _shifted(b))
+        zp_name = n.input[zp_index] if len(n.input) > zp_index else ""
+        if zp_name:
+            put(zp_name, _shifted(value(zp_name)))
+        else:
+            zp_name = f"{n.input[b_index]}__exact_zp"
+            m.graph.initializer.append(onnx.numpy_helper.from_array(np.array(128, np.uint8), zp_name))
+            while len(n.input) <= zp_index:
+                n.input.append("")
+            n.input[zp_index] = zp_name
+    return m, feeds
+
+
 def check_against_cpu(
     model,
     feeds: Mapping[str, np.ndarray],
@@ -289,7 +350,8 @@ def check_against_cpu(
     ``op_types`` (default: every op type in the model) ran on MLX. Returns MLX's outputs."""
     if isinstance(model, onnx.ModelProto) and op_types is None:
         op_types = sorted({n.op_type for n in model.graph.node})
-    expected = run(make_session(model, mlx=False), feeds)
+    reference, reference_feeds = exact_reference(model, feeds)
+    expected = run(make_session(reference, mlx=False), reference_feeds)
     session = make_session(model, mlx=True)
     actual = run(session, feeds)
     names = [o.name for o in session.get_outputs()]

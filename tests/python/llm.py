@@ -388,7 +388,7 @@ def generate(session, cfg: LlamaConfig, prompt: Sequence[int], steps: int) -> Ge
 
 
 #: The vendor id of the MLX EP's memory device: values bound to
-#: ``OrtDevice(gpu, default memory, MLX_VENDOR_ID, 0)`` live in MLX's own buffers.
+#: ``OrtDevice(cpu, default memory, MLX_VENDOR_ID, 0)`` live in MLX's own buffers.
 MLX_VENDOR_ID = 0x4D4C
 
 
@@ -396,7 +396,7 @@ def mlx_device():
     """The MLX EP's memory device, as the C-level ``OrtDevice`` IOBinding takes."""
     import onnxruntime as ort
 
-    return ort.OrtDevice.make("gpu", 0, MLX_VENDOR_ID)._get_c_device()
+    return ort.OrtDevice.make("cpu", 0, MLX_VENDOR_ID)._get_c_device()
 
 
 def generate_iobinding(session, cfg: LlamaConfig, prompt: Sequence[int], steps: int) -> Generation:

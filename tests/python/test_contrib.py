@@ -21,6 +21,7 @@ from conftest import (
     assert_all_on_mlx,
     assert_on_mlx,
     assert_outputs_match,
+    exact_reference,
     make_session,
     run,
 )
@@ -73,7 +74,8 @@ def ms_model(
 
 def compare(model, feeds, op_types, *, rtol=1e-4, atol=1e-4, all_on_mlx=True):
     """MLX EP vs CPU EP on ``feeds``; asserts placement. Returns MLX's outputs."""
-    expected = run(make_session(model, mlx=False), feeds)
+    reference, reference_feeds = exact_reference(model, feeds)
+    expected = run(make_session(reference, mlx=False), reference_feeds)
     session = make_session(model, mlx=True)
     actual = run(session, feeds)
     names = [o.name for o in session.get_outputs()]

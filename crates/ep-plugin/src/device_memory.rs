@@ -3,14 +3,17 @@
 //! (`OrtEpFactory::CreateDataTransfer`) that copies between it and host memory.
 //!
 //! The blocks are MLX buffers ([`runtime::device_memory`]). The memory is declared as a
-//! GPU-type device with the EP's own vendor id ([`MLX_VENDOR_ID`]), on every backend. The bytes
-//! are host-addressable everywhere (host memory on MLX's CPU backend, CUDA managed memory on its
-//! CUDA backend), but a CPU-type device makes ORT count this EP as CPU-based, and ORT then skips
-//! its device-copy bookkeeping for control-flow subgraphs: an `If` branch output computed here
-//! with a shape ORT can't infer was never copied into the `If`'s output (the ONNX suite's
-//! `affine_grid_*_expanded` cases came back as uninitialised memory). As a device of its own,
-//! ORT copies through this data transfer wherever a value crosses between this memory and host
-//! memory, and allocates this EP's outputs, and the values a caller binds to the device, here.
+//! CPU-type device with the EP's own vendor id ([`MLX_VENDOR_ID`]): MLX's arrays are host
+//! memory on its CPU backend and CUDA managed memory (valid on the host) on its CUDA backend,
+//! so ORT's CPU kernels may read and write them in place and ORT inserts no copy nodes between
+//! them and this EP's nodes, while the distinct vendor makes ORT allocate this EP's outputs,
+//! and the values a caller binds to this device, from this allocator.
+//!
+//! The price of a CPU-type device: ORT counts the EP as CPU-based and skips its device-copy
+//! bookkeeping for control-flow subgraphs, so an `If` branch output that this EP allocated (an
+//! output whose shape ORT can't size ahead) would never be copied into the `If`'s own output.
+//! `GetCapability` therefore leaves the nodes that produce the outputs of an `If`/`Loop`/`Scan`
+//! body that ORT's CPU EP runs to ORT (see [`holds_back_subgraph_outputs`]).
 
 use std::ffi::{CStr, c_void};
 use std::ptr;
@@ -26,7 +29,7 @@ use crate::api::Api;
 use crate::error::{EpError, guard, guard_value};
 
 /// The vendor id of the EP's memory device (ASCII "ML"); callers bind values to the device
-/// `(GPU, default memory, MLX_VENDOR_ID, 0)`.
+/// `(CPU, default memory, MLX_VENDOR_ID, 0)`.
 pub const MLX_VENDOR_ID: u32 = 0x4D4C;
 
 /// The name of the EP's memory info.
@@ -47,6 +50,12 @@ pub fn enabled() -> bool {
     })
 }
 
+/// Whether `GetCapability` must leave the producers of a control-flow body's outputs to ORT
+/// (the body of an `If`, `Loop` or `Scan` node ORT runs, with the device memory declared).
+pub fn holds_back_subgraph_outputs(parent_op: Option<&str>) -> bool {
+    enabled() && parent_op.is_some_and(|op| matches!(op, "If" | "Loop" | "Scan"))
+}
+
 /// Creates the EP's memory info (released by the caller with `ReleaseMemoryInfo`).
 pub fn create_memory_info(api: &Api) -> Result<*mut OrtMemoryInfo, EpError> {
     let mut info: *mut OrtMemoryInfo = ptr::null_mut();
@@ -55,7 +64,7 @@ pub fn create_memory_info(api: &Api) -> Result<*mut OrtMemoryInfo, EpError> {
         unsafe {
             (api.ort.CreateMemoryInfo_V2)(
                 MEMORY_NAME.as_ptr(),
-                OrtMemoryInfoDeviceType::OrtMemoryInfoDeviceType_GPU,
+                OrtMemoryInfoDeviceType::OrtMemoryInfoDeviceType_CPU,
                 MLX_VENDOR_ID,
                 0,
                 OrtDeviceMemoryType::OrtDeviceMemoryType_DEFAULT,
@@ -110,9 +119,8 @@ fn place(api: &Api, device: *const OrtMemoryDevice) -> Place {
     };
     log::trace!("memory device: type {kind}, memory {mem}, vendor {vendor:#x}");
     const CPU: i32 = OrtMemoryInfoDeviceType::OrtMemoryInfoDeviceType_CPU as i32;
-    const GPU: i32 = OrtMemoryInfoDeviceType::OrtMemoryInfoDeviceType_GPU as i32;
     const HOST_ACCESSIBLE: i32 = OrtDeviceMemoryType::OrtDeviceMemoryType_HOST_ACCESSIBLE as i32;
-    if kind == GPU && vendor == MLX_VENDOR_ID {
+    if kind == CPU && vendor == MLX_VENDOR_ID {
         Place::Mlx
     } else if kind == CPU || mem == HOST_ACCESSIBLE {
         Place::Host

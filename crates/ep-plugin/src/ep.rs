@@ -1,6 +1,6 @@
 //! The `OrtEp` implementation: claiming nodes (`GetCapability`) and compiling fused groups.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::CString;
 use std::ffi::{CStr, c_char, c_int};
 use std::ptr;
@@ -142,6 +142,20 @@ fn mark_foreign_nodes(
     foreign
 }
 
+/// Puts the nodes that produce the graph's outputs in the foreign domain, so that nothing
+/// claims them (see [`crate::device_memory::holds_back_subgraph_outputs`]); returns their names.
+fn hold_back_output_producers(graph: &mut Graph) -> HashSet<String> {
+    let outputs: HashSet<String> = graph.outputs.iter().map(|v| v.name.clone()).collect();
+    let mut held = HashSet::new();
+    for node in &mut graph.nodes {
+        if node.outputs.iter().any(|o| outputs.contains(o)) {
+            node.domain = FOREIGN_DOMAIN.to_string();
+            held.insert(node.name.clone());
+        }
+    }
+    held
+}
+
 /// Logs the outcome of a partition: a summary at info level, every decline at debug level,
 /// and with `ORTMLX_LOG_CLAIMS=1` one line per node on stderr. `refusal` says why claimable
 /// clusters are left to ORT after all; `total` counts the graph's nodes but this EP's fused
@@ -264,11 +278,27 @@ unsafe extern "system" fn get_capability(
         // SAFETY: `graph` is live for this callback.
         let mut read = unsafe { read_graph(api, graph, Scope::Closed) }?;
         let foreign = mark_foreign_nodes(api, &mut read.graph, &read.nodes);
+        let parent = parent_op(api, graph)?;
+        log::debug!(
+            "GetCapability '{}': parent node {parent:?}",
+            read.graph.name
+        );
+        let held_back = if crate::device_memory::holds_back_subgraph_outputs(parent.as_deref()) {
+            hold_back_output_producers(&mut read.graph)
+        } else {
+            HashSet::new()
+        };
         let g = &read.graph;
         let mut partition = plan::partition_plannable(g, &ep.registry);
         for d in &mut partition.declines {
             if let Some(other) = foreign.get(&d.node) {
                 d.reason = format!("already assigned to {other}");
+            } else if held_back.contains(&d.node) {
+                d.reason = format!(
+                    "produces an output of the {} body that ORT's CPU EP runs (ORT would not \
+                     copy it out of MLX memory)",
+                    parent.as_deref().unwrap_or("control-flow")
+                );
             }
         }
         // Nodes this EP fused in an earlier pass (ORT partitions again after inlining
@@ -292,8 +322,6 @@ unsafe extern "system" fn get_capability(
             .iter()
             .filter(|n| !is_own_fused_node(&n.domain))
             .count();
-        let parent = parent_op(api, graph)?;
-        log::debug!("GetCapability '{}': parent node {parent:?}", g.name);
         let mut refusal = parent
             .as_deref()
             .filter(|op| !CONTROL_FLOW_OPS.contains(op))
