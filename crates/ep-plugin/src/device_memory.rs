@@ -13,7 +13,7 @@
 //! bookkeeping for control-flow subgraphs, so an `If` branch output that this EP allocated (an
 //! output whose shape ORT can't size ahead) would never be copied into the `If`'s own output.
 //! `GetCapability` therefore leaves the nodes that produce the outputs of an `If`/`Loop`/`Scan`
-//! body that ORT's CPU EP runs to ORT (see [`holds_back_subgraph_outputs`]).
+//! body that ORT's CPU EP runs to ORT (`ep::hold_back_output_producers`).
 
 use std::ffi::{CStr, c_void};
 use std::ptr;
@@ -48,12 +48,6 @@ pub fn enabled() -> bool {
             "0" | "off" | "false" | "no"
         )
     })
-}
-
-/// Whether `GetCapability` must leave the producers of a control-flow body's outputs to ORT
-/// (the body of an `If`, `Loop` or `Scan` node ORT runs, with the device memory declared).
-pub fn holds_back_subgraph_outputs(parent_op: Option<&str>) -> bool {
-    enabled() && parent_op.is_some_and(|op| matches!(op, "If" | "Loop" | "Scan"))
 }
 
 /// Creates the EP's memory info (released by the caller with `ReleaseMemoryInfo`).

@@ -143,7 +143,8 @@ fn mark_foreign_nodes(
 }
 
 /// Puts the nodes that produce the graph's outputs in the foreign domain, so that nothing
-/// claims them (see [`crate::device_memory::holds_back_subgraph_outputs`]); returns their names.
+/// claims them (the body of a control-flow node ORT runs, see [`crate::device_memory`]);
+/// returns their names.
 fn hold_back_output_producers(graph: &mut Graph) -> HashSet<String> {
     let outputs: HashSet<String> = graph.outputs.iter().map(|v| v.name.clone()).collect();
     let mut held = HashSet::new();
@@ -283,7 +284,12 @@ unsafe extern "system" fn get_capability(
             "GetCapability '{}': parent node {parent:?}",
             read.graph.name
         );
-        let held_back = if crate::device_memory::holds_back_subgraph_outputs(parent.as_deref()) {
+        // With the device memory declared, ORT copies nothing out of it for the body of a
+        // control-flow node it runs (see `device_memory`).
+        let in_cpu_control_flow = parent
+            .as_deref()
+            .is_some_and(|op| CONTROL_FLOW_OPS.contains(&op));
+        let held_back = if in_cpu_control_flow && crate::device_memory::enabled() {
             hold_back_output_producers(&mut read.graph)
         } else {
             HashSet::new()
