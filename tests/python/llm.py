@@ -499,6 +499,7 @@ def _ep_runs(cursor, session_runs: int) -> dict | None:
         "host_syncs_per_run": s["host_syncs"] / session_runs,
         "host_reads_per_run": s["host_reads"] / session_runs,
         "kv_host_bytes_per_run": s.get("kv_copied_bytes", 0) / session_runs,
+        "phase_us": s.get("phase_us", {}),
     }
 
 
@@ -644,6 +645,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"KV bytes copied {ep_runs['kv_host_bytes_per_run']:.0f}/run",
                 flush=True,
             )
+            for path, phases in sorted(ep_runs.get("phase_us", {}).items()):
+                spent = ", ".join(f"{k.removesuffix('_us')} {v:.0f}" for k, v in phases.items())
+                print(f"{'':<14}mlx EP {path} run, median us: {spent}", flush=True)
         io = r.get("iobinding")
         if io:
             kv = io["ep_runs"]["kv_host_bytes_per_run"] if io.get("ep_runs") else float("nan")

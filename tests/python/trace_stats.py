@@ -13,7 +13,13 @@ import collections
 import dataclasses
 import json
 import os
+import statistics
 
+
+#: The per-run wall-time phases of a ``compute`` event, in microseconds, in order: reading ORT's
+#: inputs, waiting for the lane's thread, binding inputs, building or calling the MLX graph,
+#: waiting for MLX, contiguous outputs, writing ORT's outputs.
+PHASES = ("inputs_us", "handoff_us", "bind_us", "dispatch_us", "eval_us", "finish_us", "outputs_us")
 
 #: The per-run byte counters of a ``compute`` event: bytes copied into MLX and out to ORT, and of
 #: those the KV cache's.
@@ -33,6 +39,8 @@ class NodeRuns:
     per_run: list = dataclasses.field(default_factory=list)
     #: Sums of the copy counters (``COPY_COUNTERS``) over the runs.
     bytes: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    #: Per path, per phase (``PHASES``): the microseconds of each run.
+    phases: dict = dataclasses.field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return {
@@ -68,6 +76,22 @@ def node_runs(trace: dict) -> dict[str, NodeRuns]:
         n.per_run.append((args["path"], int(args["host_syncs"]), int(args["host_reads"])))
         for key in COPY_COUNTERS:
             n.bytes[key] += int(args.get(key, 0))
+        by_phase = n.phases.setdefault(args["path"], {})
+        for key in PHASES:
+            if key in args:
+                by_phase.setdefault(key, []).append(int(args[key]))
+    return out
+
+
+def phase_medians(nodes: dict[str, NodeRuns]) -> dict[str, dict[str, float]]:
+    """Per path, the median microseconds of each phase of one session run: per fused node the
+    median over its runs of that path, summed over the fused nodes (they run one after the other)."""
+    out: dict[str, dict[str, float]] = {}
+    for n in nodes.values():
+        for path, by_phase in n.phases.items():
+            acc = out.setdefault(path, {})
+            for key, values in by_phase.items():
+                acc[key] = acc.get(key, 0.0) + statistics.median(values)
     return out
 
 
@@ -91,6 +115,7 @@ def summary(trace: dict) -> dict:
         "host_reads": sum(n.host_reads for n in nodes.values()),
         # bytes the runs copied between ORT's buffers and MLX (see docs/usage.md, "Device memory")
         **{key: sum(n.bytes.get(key, 0) for n in nodes.values()) for key in COPY_COUNTERS},
+        "phase_us": phase_medians(nodes),
         "nodes": {name: n.as_dict() for name, n in nodes.items()},
     }
 

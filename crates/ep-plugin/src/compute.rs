@@ -186,6 +186,7 @@ impl ComputeInfo {
     ) -> Result<(), EpError> {
         let api = &self.api;
         let o = api.ort;
+        let entered = Instant::now();
         let mut count = 0usize;
         // SAFETY: live kernel context for this call.
         api.check(
@@ -261,6 +262,7 @@ impl ComputeInfo {
         let profiling = self.labels.profiles.enabled();
         let before = (profiling || span.is_some()).then(|| self.counters());
         let started = Instant::now();
+        let inputs_us = started.duration_since(entered).as_micros() as usize;
         let outputs = self
             .exe
             .run_with(&inputs, &run)
@@ -282,6 +284,10 @@ impl ComputeInfo {
                 span.arg("cache", cache);
                 span.arg("host_syncs", last.host_syncs as usize);
                 span.arg("host_reads", last.host_reads as usize);
+                span.arg("inputs_us", inputs_us);
+                for (name, us) in last.phases.named() {
+                    span.arg(name, us as usize);
+                }
                 span_io = Some(span);
             }
             if profiling {
@@ -305,6 +311,7 @@ impl ComputeInfo {
                 });
             }
         }
+        let ran_until = Instant::now();
         if outputs.len() != self.output_dtypes.len() {
             return Err(EpError::new(format!(
                 "the plan produced {} outputs, the node has {}",
@@ -382,6 +389,7 @@ impl ComputeInfo {
             }
         }
         if let Some(span) = span_io {
+            span.arg("outputs_us", ran_until.elapsed().as_micros() as usize);
             span.arg("bound_inputs", io.bound_inputs as usize);
             span.arg("copied_input_bytes", io.copied_input_bytes as usize);
             span.arg("adopted_outputs", io.adopted_outputs as usize);

@@ -966,6 +966,8 @@ struct Measured {
     syncs_per_run: f64,
     reads_per_run: f64,
     max_abs_diff: f32,
+    /// Per phase of the EP's run (`RunPhases::named`), the median microseconds.
+    phases: Vec<(&'static str, u32)>,
 }
 
 impl Measured {
@@ -1015,6 +1017,7 @@ fn measure(w: &Workload, device: DeviceKind, timer: &Timer) -> Result<Measured, 
     let default = ep_executable(w, device, None)?;
     let ep_s = ep_time(&default)?;
     let stats = default.run_stats();
+    let phases = median_phases(&default, &inputs)?;
     let ep_out = default.run(&inputs).map_err(|e| e.to_string())?;
     // The variant the device's default leaves out (GPU: eager; CPU: compiled), and its path.
     let other = ep_executable(w, device, Some(device != DeviceKind::Gpu))?;
@@ -1086,7 +1089,32 @@ fn measure(w: &Workload, device: DeviceKind, timer: &Timer) -> Result<Measured, 
         syncs_per_run: stats.syncs_per_run(),
         reads_per_run: stats.reads_per_run(),
         max_abs_diff,
+        phases,
     })
+}
+
+/// Where the EP's run time goes: the median of each phase over a few more runs.
+fn median_phases(
+    exe: &Executable,
+    inputs: &[InputTensor<'_>],
+) -> Result<Vec<(&'static str, u32)>, String> {
+    let mut samples: Vec<[(&'static str, u32); 5]> = Vec::new();
+    for _ in 0..9 {
+        exe.run(inputs).map_err(|e| e.to_string())?;
+        if let Some(last) = exe.run_stats().last {
+            samples.push(last.phases.named());
+        }
+    }
+    let Some(first) = samples.first() else {
+        return Ok(Vec::new());
+    };
+    Ok((0..first.len())
+        .map(|k| {
+            let mut v: Vec<u32> = samples.iter().map(|s| s[k].1).collect();
+            v.sort_unstable();
+            (first[k].0, v[v.len() / 2])
+        })
+        .collect())
 }
 
 fn main() {
@@ -1176,6 +1204,12 @@ fn run() -> Result<(), String> {
             m.ep_s * 1e6 / m.nodes as f64,
             m.max_abs_diff
         );
+        let spent: Vec<String> = m
+            .phases
+            .iter()
+            .map(|(name, us)| format!("{} {us}", name.trim_end_matches("_us")))
+            .collect();
+        println!("{:<15}ep run phases, median us: {}", "", spent.join(", "));
         results.push(m);
     }
     let mut json = String::from("{\n");
@@ -1195,7 +1229,7 @@ fn run() -> Result<(), String> {
             json,
             "    {{\"name\": \"{}\", \"nodes\": {}, \"ep_ms\": {:.4}, \"raw_ms\": {:.4}, \"ep_over_raw\": {:.4}, \"fixed_us\": {:.2}, \
              \"ep_eager_ms\": {:.4}, \"ep_compiled_ms\": {:.4}, \"raw_eager_ms\": {:.4}, \"raw_compiled_ms\": {:.4}, \
-             \"ep_path\": \"{}\", \"other_path\": \"{}\", \"us_per_node\": {:.3}, \"host_syncs_per_run\": {:.3}, \"host_reads_per_run\": {:.3}, \"max_abs_diff\": {:e}}}{}",
+             \"ep_path\": \"{}\", \"other_path\": \"{}\", \"us_per_node\": {:.3}, \"host_syncs_per_run\": {:.3}, \"host_reads_per_run\": {:.3}, \"max_abs_diff\": {:e}, \"phases_us\": {{{}}}}}{}",
             m.name,
             m.nodes,
             m.ep_s * 1e3,
@@ -1212,6 +1246,11 @@ fn run() -> Result<(), String> {
             m.syncs_per_run,
             m.reads_per_run,
             m.max_abs_diff,
+            m.phases
+                .iter()
+                .map(|(name, us)| format!("\"{name}\": {us}"))
+                .collect::<Vec<_>>()
+                .join(", "),
             if i + 1 < results.len() { "," } else { "" }
         );
     }

@@ -50,6 +50,17 @@ pub struct DecodeStats {
     pub reused_inputs: u64,
 }
 
+/// How a step's input is found equal to the array kept from the previous step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Compare {
+    /// Same dtype, shape and bytes (the bytes are read on the host unless the input is the
+    /// array's own buffer).
+    Bytes,
+    /// Same dtype and shape, and the input is the array's own buffer (IOBinding, device
+    /// memory): nothing is read, so a GPU array stays on the GPU.
+    SameBuffer,
+}
+
 /// Why a generation started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Reset {
@@ -77,6 +88,7 @@ pub(crate) struct DecodeState {
     /// Per input: whether it is the cache input of a pair.
     is_cache_input: Vec<bool>,
     reuse: bool,
+    compare: Compare,
     key: Option<String>,
     started: bool,
     /// Per cache pair: the previous step's output array.
@@ -109,8 +121,9 @@ pub(crate) fn cache_pairs(inputs: &[&str], outputs: &[&str]) -> Vec<(usize, usiz
         .collect()
 }
 
-/// True when `array` holds exactly the tensor's dtype, shape and bytes.
-fn same_value(array: &Array, tensor: &InputTensor<'_>) -> bool {
+/// True when `array` holds exactly the tensor's dtype, shape and bytes (read as `compare`
+/// says).
+fn same_value(array: &Array, tensor: &InputTensor<'_>, compare: Compare) -> bool {
     if tensor.dtype.packed_bits().is_some() || to_mlx(tensor.dtype) != Ok(array.dtype()) {
         return false;
     }
@@ -122,14 +135,19 @@ fn same_value(array: &Array, tensor: &InputTensor<'_>) -> bool {
             .all(|(&a, &d)| i64::from(a) == d)
         // the same bytes in place (an input bound to the array's own buffer) need no reading
         && array.as_bytes().is_ok_and(|b| {
-            (b.as_ptr() == tensor.data.as_ptr() && b.len() == tensor.data.len()) || b == tensor.data
+            (b.as_ptr() == tensor.data.as_ptr() && b.len() == tensor.data.len())
+                || (compare == Compare::Bytes && b == tensor.data)
         })
 }
 
 impl DecodeState {
     /// The state of a plan with `num_inputs` inputs and these cache pairs (`None` when the
-    /// plan has no cache, and so no decode path).
-    pub(crate) fn new(num_inputs: usize, pairs: Vec<(usize, usize)>) -> Option<DecodeState> {
+    /// plan has no cache, and so no decode path), finding kept arrays equal as `compare` says.
+    pub(crate) fn new(
+        num_inputs: usize,
+        pairs: Vec<(usize, usize)>,
+        compare: Compare,
+    ) -> Option<DecodeState> {
         if pairs.is_empty() {
             return None;
         }
@@ -147,6 +165,7 @@ impl DecodeState {
             previous: vec![None; num_inputs],
             pairs,
             reuse: !disabled,
+            compare,
             key: None,
             started: false,
             stats: DecodeStats::default(),
@@ -179,7 +198,7 @@ impl DecodeState {
         let mut bound: Vec<Option<Array>> = vec![None; inputs.len()];
         for (p, &(i, _)) in self.pairs.iter().enumerate() {
             if let (Some(a), Some(t)) = (&self.carried[p], inputs.get(i))
-                && same_value(a, t)
+                && same_value(a, t, self.compare)
             {
                 bound[i] = Some(a.clone());
             }
@@ -191,7 +210,9 @@ impl DecodeState {
             Some(Reset::EmptyPast)
         } else if key_changed {
             Some(Reset::KeyChanged)
-        } else if self.reuse && !continued {
+        } else if self.reuse && self.compare == Compare::Bytes && !continued {
+            // (comparing buffers only, an equal cache in a fresh buffer can't be told from
+            // a new one, so only an empty past or a new key starts a generation)
             Some(Reset::Discontinued)
         } else {
             None
@@ -217,7 +238,7 @@ impl DecodeState {
                 continue;
             }
             if let Some(a) = &self.previous[i]
-                && same_value(a, t)
+                && same_value(a, t, self.compare)
             {
                 bound[i] = Some(a.clone());
                 self.stats.reused_inputs += 1;
@@ -259,6 +280,7 @@ impl Drop for DecodeState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use onnx_ir::DataType;
 
     #[test]
     fn cache_pairs_follow_the_common_naming() {
@@ -282,6 +304,51 @@ mod tests {
             vec![(2, 2), (3, 1), (4, 3), (5, 4)]
         );
         assert!(cache_pairs(&["x"], &["y"]).is_empty());
-        assert!(DecodeState::new(1, Vec::new()).is_none());
+        assert!(DecodeState::new(1, Vec::new(), Compare::Bytes).is_none());
+    }
+
+    /// One decode step of a plan with inputs `(ids, past)` and outputs `(logits, present)`:
+    /// which inputs the state binds to kept arrays.
+    fn step(state: &mut DecodeState, ids: &[u8], past: &[u8]) -> Vec<bool> {
+        let dims = [past.len() as i64 / 4];
+        let inputs = [
+            InputTensor {
+                dtype: DataType::Float,
+                dims: &[1],
+                data: ids,
+            },
+            InputTensor {
+                dtype: DataType::Float,
+                dims: &dims,
+                data: past,
+            },
+        ];
+        let bound = state.begin(&inputs, &RunContext::default());
+        let flags = bound.iter().map(Option::is_some).collect();
+        let arrays: Vec<Array> = inputs
+            .iter()
+            .map(|t| crate::packed::array_from_bytes(t.data, &[t.dims[0] as i32], t.dtype).unwrap())
+            .collect();
+        state.finish(&arrays, &[arrays[0].clone(), arrays[1].clone()]);
+        flags
+    }
+
+    #[test]
+    fn equal_bytes_are_reused_only_when_comparing_bytes() {
+        let ids = 1f32.to_ne_bytes();
+        let past: Vec<u8> = [1f32, 2.0].iter().flat_map(|v| v.to_ne_bytes()).collect();
+        let mut bytes = DecodeState::new(2, vec![(1, 1)], Compare::Bytes).unwrap();
+        step(&mut bytes, &ids, &past);
+        assert_eq!(step(&mut bytes, &ids, &past), vec![true, true]);
+        assert_eq!(bytes.stats().generations, 1);
+
+        let mut buffers = DecodeState::new(2, vec![(1, 1)], Compare::SameBuffer).unwrap();
+        step(&mut buffers, &ids, &past);
+        // equal values in other buffers: uploaded again, and still the same generation
+        assert_eq!(step(&mut buffers, &ids, &past), vec![false, false]);
+        assert_eq!(buffers.stats().generations, 1);
+        // an empty past still starts a new one
+        step(&mut buffers, &ids, &[]);
+        assert_eq!(buffers.stats().generations, 2);
     }
 }

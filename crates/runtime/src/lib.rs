@@ -21,6 +21,7 @@ mod stats;
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 use initializer_pool::{InitializerKey, InitializerPool};
 use mlx::{Array, FrozenArray, Stream};
@@ -33,7 +34,7 @@ pub use compiled::{CacheStats, CompileSlot, GENERAL_CAPACITY, PREFILL_CAPACITY};
 pub use decode::{DecodeStats, GENERATION_KEY, RunContext};
 pub use dtype::{to_mlx, to_onnx};
 pub use guard::{MAX_TENSOR_BYTES_VAR, max_tensor_bytes};
-pub use stats::{RunPath, RunRecord, RunStats};
+pub use stats::{RunPath, RunPhases, RunRecord, RunStats};
 
 use compiled::CompiledCache;
 
@@ -503,7 +504,18 @@ impl Executable {
             let plan = &program.plan;
             let inputs: Vec<&str> = plan.inputs.iter().map(|i| i.name.as_str()).collect();
             let outputs: Vec<&str> = plan.output_names.iter().map(String::as_str).collect();
-            decode::DecodeState::new(inputs.len(), decode::cache_pairs(&inputs, &outputs))
+            // On a GPU a carried array lives in device memory: comparing its bytes on the host
+            // would move it there and back, so only an input bound to its own buffer is reused.
+            let compare = if device == DeviceKind::Gpu {
+                decode::Compare::SameBuffer
+            } else {
+                decode::Compare::Bytes
+            };
+            decode::DecodeState::new(
+                inputs.len(),
+                decode::cache_pairs(&inputs, &outputs),
+                compare,
+            )
         };
         let constant_extents = program
             .constants
@@ -591,10 +603,15 @@ impl Executable {
         let _run = self.gate.enter().map_err(|e| RuntimeError(e.to_string()))?;
         let mut state = self.state.lock();
         let state = &mut *state;
+        let entered = Instant::now();
         self.lane.run(self.device, |lane| {
             let counter = stats::RunCounter::start();
-            let (outputs, path) = self.run_on_lane(state, inputs, ctx, lane)?;
-            state.runs.record(counter.finish(path));
+            let mut phases = RunPhases {
+                handoff_us: stats::micros_since(entered),
+                ..RunPhases::default()
+            };
+            let (outputs, path) = self.run_on_lane(state, inputs, ctx, lane, &mut phases)?;
+            state.runs.record(counter.finish(path, phases));
             Ok(outputs)
         })?
     }
@@ -606,7 +623,9 @@ impl Executable {
         inputs: &[InputTensor<'_>],
         ctx: &RunContext<'_>,
         lane: &lanes::LaneStreams,
+        phases: &mut RunPhases,
     ) -> Result<(Vec<OutputTensor>, RunPath), RuntimeError> {
+        let mut phase_start = Instant::now();
         let plan = &self.program.plan;
         if inputs.len() != plan.inputs.len() {
             return Err(RuntimeError(format!(
@@ -684,6 +703,8 @@ impl Executable {
             }
         }
         let stream = lane.stream(device);
+        phases.bind_us = stats::micros_since(phase_start);
+        phase_start = Instant::now();
         let mut choice = compiled.slot_for(&self.program, &shapes, &host);
         if let Some(compiled::SlotChoice::Decode(key)) = &choice
             && on_cpu.is_none()
@@ -715,8 +736,12 @@ impl Executable {
         }
         let mut refs: Vec<&Array> = outputs.iter().collect();
         refs.extend(status.as_ref());
+        phases.dispatch_us = stats::micros_since(phase_start);
+        phase_start = Instant::now();
         mlx::eval(&refs)?;
         stats::note_sync();
+        phases.eval_us = stats::micros_since(phase_start);
+        phase_start = Instant::now();
         if let Some(status) = &status {
             self.program.check_status(status)?;
         }
@@ -756,6 +781,7 @@ impl Executable {
                 })
             })
             .collect::<Result<Vec<_>, RuntimeError>>()?;
+        phases.finish_us = stats::micros_since(phase_start);
         Ok((outputs, path))
     }
 }

@@ -53,6 +53,45 @@ impl From<CompileSlot> for RunPath {
     }
 }
 
+/// Where one run's wall time went, in microseconds, phase by phase.
+///
+/// `handoff` is the wait for the lane's thread (the hand-off to a GPU lane's worker, or the
+/// lock of a busy lane); `bind` wraps the inputs as MLX arrays and evaluates the plan's host
+/// program; `dispatch` builds (eager) or calls (compiled) the MLX graph, which only records
+/// work; `eval` waits for MLX to compute the outputs; `finish` makes them row-contiguous and
+/// hands them over. On a GPU, `dispatch` + the host side of `eval` is the EP's launch cost.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunPhases {
+    /// Waiting for the lane's thread.
+    pub handoff_us: u32,
+    /// Binding inputs and the host program.
+    pub bind_us: u32,
+    /// Building or calling the MLX graph.
+    pub dispatch_us: u32,
+    /// Waiting for MLX to evaluate the outputs.
+    pub eval_us: u32,
+    /// Contiguous outputs and hand-over.
+    pub finish_us: u32,
+}
+
+impl RunPhases {
+    /// The phases as `(name, microseconds)` pairs, in order, for traces and logs.
+    pub fn named(&self) -> [(&'static str, u32); 5] {
+        [
+            ("handoff_us", self.handoff_us),
+            ("bind_us", self.bind_us),
+            ("dispatch_us", self.dispatch_us),
+            ("eval_us", self.eval_us),
+            ("finish_us", self.finish_us),
+        ]
+    }
+}
+
+/// Microseconds since `since`, saturating.
+pub(crate) fn micros_since(since: std::time::Instant) -> u32 {
+    u32::try_from(since.elapsed().as_micros()).unwrap_or(u32::MAX)
+}
+
 /// What one run did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RunRecord {
@@ -62,6 +101,8 @@ pub struct RunRecord {
     pub host_syncs: u32,
     /// Reads of computed tensor values back to the host (each is also a synchronisation).
     pub host_reads: u32,
+    /// Where its time went.
+    pub phases: RunPhases,
 }
 
 /// Counters over all runs of an executable (see [`crate::Executable::run_stats`]).
@@ -172,13 +213,14 @@ impl RunCounter {
         }
     }
 
-    /// The run's record, for a run served by `path`.
-    pub(crate) fn finish(&self, path: RunPath) -> RunRecord {
+    /// The run's record, for a run served by `path` that spent `phases`.
+    pub(crate) fn finish(&self, path: RunPath, phases: RunPhases) -> RunRecord {
         let (s, r) = COUNTS.with(Cell::get);
         RunRecord {
             path,
             host_syncs: s.wrapping_sub(self.start.0),
             host_reads: r.wrapping_sub(self.start.1),
+            phases,
         }
     }
 }
@@ -194,14 +236,15 @@ mod tests {
         let inner = RunCounter::start();
         note_sync();
         assert_eq!(
-            inner.finish(RunPath::Eager),
+            inner.finish(RunPath::Eager, RunPhases::default()),
             RunRecord {
                 path: RunPath::Eager,
                 host_syncs: 1,
-                host_reads: 0
+                host_reads: 0,
+                phases: RunPhases::default(),
             }
         );
-        let r = outer.finish(RunPath::GeneralCompiled);
+        let r = outer.finish(RunPath::GeneralCompiled, RunPhases::default());
         assert_eq!((r.host_syncs, r.host_reads), (2, 1));
     }
 
@@ -218,6 +261,7 @@ mod tests {
                 path,
                 host_syncs: syncs,
                 host_reads: reads,
+                phases: RunPhases::default(),
             });
         }
         assert_eq!((s.runs, s.eager, s.decode_compiled), (3, 2, 1));
