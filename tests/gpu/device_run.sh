@@ -10,6 +10,8 @@
 #                                             per node) and the GQA decoders of `bench llm` on the GPU
 #   bash tests/gpu/device_run.sh memory       the device-memory suite on the GPU stream, then the GQA
 #                                             decoders with and without IOBinding
+#   bash tests/gpu/device_run.sh profile      the CUDA kernels of one decode step (tests/gpu/
+#                                             profile_decode.py: PyTorch's profiler, CUPTI)
 #   bash tests/gpu/device_run.sh compiled     the LLM, model and contrib suites on the GPU stream with
 #                                             compiling on (the GPU default: decode closures)
 # The first call on a machine (any phase) assembles the CUDA build of MLX from the staged parts.
@@ -120,5 +122,14 @@ perf)
     --models "${ORTMLX_LLM_MODELS:-tiny,larger,larger-int4}" --repeats 2 --out "$out/llm_gpu.json" 2> "$out/llm.err" | tee "$out/llm.txt"
   echo "llm exit ${PIPESTATUS[0]}"
   tail -n 5 "$out/llm.err"
+  ;;
+profile)
+  for m in ${ORTMLX_PROFILE_MODELS:-"tiny gqa" "tiny torch"}; do
+    set -- $m
+    echo "== CUDA kernels of a decode step: $1, $2"
+    timeout 240 python3 tests/gpu/profile_decode.py --model "$1" --style "$2" --steps 16 2> "$out/profile_$1_$2.err" | tee "$out/profile_$1_$2.txt"
+    echo "profile exit ${PIPESTATUS[0]}"
+    tail -n 3 "$out/profile_$1_$2.err"
+  done
   ;;
 esac
