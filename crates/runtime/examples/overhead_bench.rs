@@ -18,7 +18,7 @@
 //! row-contiguous. Times are medians over runs after a warm-up (compiling happens there).
 //!
 //! Arguments: `--device cpu|gpu`, `--out <json>`, `--budget-ms <per variant>`, `--only <name,...>`,
-//! `--explain` (print what keeps each plan from the shapeless compiled slot).
+//! `--explain` (print each plan, and what keeps it from the shapeless compiled slot).
 //! Prints `name ep_ms raw_ms ep/raw fixed_us` per workload and, last,
 //! `overhead: ep/raw=<r> fixed_us=<us>` for the decode step. `fixed_us` is `ep - raw` in
 //! microseconds: what the EP adds per run.
@@ -1183,6 +1183,7 @@ fn run() -> Result<(), String> {
             for b in plan.compile_blockers() {
                 println!("  {b}");
             }
+            println!("{plan}");
         }
         let m = measure(&w, device, &timer)?;
         println!(
