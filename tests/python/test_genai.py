@@ -185,3 +185,29 @@ def test_provider_options_reach_the_ep(tmp_path):
     write_model_dir(tmp_path / "model", share_buffer=True)
     with pytest.raises(RuntimeError, match="device"):
         generate(tmp_path / "model", "mlx", options={"device": "no-such-device"})
+
+
+USAGE = Path(__file__).resolve().parents[2] / "docs" / "usage.md"
+
+
+def usage_snippet() -> str:
+    """The Python block of docs/usage.md's onnxruntime-genai section."""
+    text = USAGE.read_text()
+    section = text[text.index("\n## onnxruntime-genai\n") :]
+    start = section.index("```python\n") + len("```python\n")
+    return section[start : section.index("```", start)]
+
+
+def test_usage_recipe_runs(tmp_path):
+    """docs/usage.md's recipe, verbatim but for the two paths, generates the CPU EP's tokens."""
+    folder = tmp_path / "model"
+    write_model_dir(folder, share_buffer=True)
+    snippet = usage_snippet()
+    for placeholder, value in (('"/path/to/libonnxruntime_mlx_ep.so"', library()), ('"/path/to/model_dir"', str(folder))):
+        assert placeholder in snippet, f"the recipe lost {placeholder}"
+        snippet = snippet.replace(placeholder, repr(value))
+    snippet += "\nimport json\nprint(json.dumps([int(t) for t in tokens]))\n"
+    done = subprocess.run([sys.executable, "-c", snippet], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    tokens = json.loads(done.stdout.strip().splitlines()[-1])
+    assert tokens == generate(folder, "cpu")["tokens"]
