@@ -3,9 +3,10 @@ runs it): genai loads ONNX Runtime's shared library, a second ORT beside the one
 process imported, so the EP is registered with genai's ORT here and nowhere else.
 
 ``python genai_worker.py MODEL_DIR --provider cpu|mlx [--library PATH] [--option KEY=VALUE]...
-[--profile PREFIX] --prompt ID...`` prints one JSON line: ``tokens`` (the
-whole sequence, prompt included) and ``profile`` (the ORT profile genai's decoder session wrote,
-when ``--profile`` asked for one).
+[--profile PREFIX] --prompts JSON`` generates for the batch of prompts ``JSON`` (a list of
+equally long lists of token ids, left-padded with the config's ``pad_token_id``) and prints one
+JSON line: ``tokens`` (each row's whole sequence, prompt included) and ``profile`` (the ORT
+profile genai's decoder session wrote, when ``--profile`` asked for one).
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--library", help="the EP library (with --provider mlx)")
     parser.add_argument("--option", action="append", default=[], help="an EP option KEY=VALUE")
     parser.add_argument("--profile", help="profile the decoder session into PREFIX_<time>.json")
-    parser.add_argument("--prompt", type=int, nargs="+", required=True)
+    parser.add_argument("--prompts", type=json.loads, required=True)
     args = parser.parse_args(argv)
 
+    import numpy as np
     import onnxruntime_genai as og
 
     config = og.Config(args.model_dir)
@@ -46,11 +48,13 @@ def main(argv: list[str] | None = None) -> int:
 
     model = og.Model(config)
     params = og.GeneratorParams(model)
+    prompts = np.array(args.prompts, np.int32)
+    params.set_search_options(batch_size=prompts.shape[0])
     generator = og.Generator(model, params)
-    generator.append_tokens(args.prompt)
+    generator.append_tokens(prompts)
     while not generator.is_done():
         generator.generate_next_token()
-    tokens = [int(t) for t in generator.get_sequence(0)]
+    tokens = [[int(t) for t in generator.get_sequence(row)] for row in range(prompts.shape[0])]
     # The profile is written when the decoder session is released.
     del generator, params, model
     gc.collect()

@@ -122,16 +122,25 @@ def library() -> str:
     return path
 
 
-def generate(folder: Path, provider: str, profile: Path | None = None, options: dict[str, str] | None = None) -> dict:
-    """Runs ``genai_worker.py``; returns its JSON (``tokens``, ``profile``)."""
-    cmd = [sys.executable, str(WORKER), str(folder), "--provider", provider, "--prompt", *map(str, PROMPT)]
+def generate(
+    folder: Path,
+    provider: str,
+    prompts: list[list[int]] | None = None,
+    profile: Path | None = None,
+    options: dict[str, str] | None = None,
+    env: dict[str, str] | None = None,
+) -> dict:
+    """Runs ``genai_worker.py`` on ``prompts`` (default: ``[PROMPT]``) with the EP ``options``
+    and the environment variables ``env`` added; returns its JSON (``tokens``, ``profile``)."""
+    prompts = prompts or [PROMPT]
+    cmd = [sys.executable, str(WORKER), str(folder), "--provider", provider, "--prompts", json.dumps(prompts)]
     if provider == "mlx":
         cmd += ["--library", library()]
         for key, value in {**DEFAULT_EP_OPTIONS, **(options or {})}.items():
             cmd += ["--option", f"{key}={value}"]
     if profile is not None:
         cmd += ["--profile", str(profile)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env={**os.environ, **(env or {})})
     if done.returncode != 0:
         raise RuntimeError(f"genai_worker.py failed ({done.returncode}):\n{done.stderr[-4000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -159,15 +168,58 @@ def assert_decoder_on_mlx(profile_path: str | None, model: onnx.ModelProto, runs
         assert len(mlx_runs) == len(kernels), f"{len(mlx_runs)} MLX runs recorded for {len(kernels)} kernels"
 
 
-@pytest.mark.parametrize("share_buffer", [False, True], ids=["separate-kv", "shared-kv-buffer"])
-def test_greedy_generation_matches_cpu(tmp_path, share_buffer):
+#: How the EP runs: its defaults (device memory declared), compiled MLX closures (the GPU
+#: default: genai's separate-cache decode steps take the shapeless decode closure), and no
+#: device memory (``ORTMLX_DEVICE_MEMORY=0``).
+VARIANTS = {
+    "default": ({}, {}),
+    "compiled": ({"compile": "on"}, {}),
+    "no-device-memory": ({}, {"ORTMLX_DEVICE_MEMORY": "0"}),
+}
+SHARE_MODES = pytest.mark.parametrize("share_buffer", [False, True], ids=["separate-kv", "shared-kv-buffer"])
+
+
+def run_paths(profile_path: str) -> dict[str, int]:
+    """How many runs of the MLX EP took each path (``decode``, ``prefill``, ``general``,
+    ``eager``), from its ``*_mlx_run`` profile events."""
+    events = json.loads(Path(profile_path).read_text())
+    paths: dict[str, int] = {}
+    for e in events:
+        if e.get("args", {}).get("ep") == MLX_EP and e.get("name", "").endswith("_mlx_run"):
+            paths[e["args"]["path"]] = paths.get(e["args"]["path"], 0) + 1
+    return paths
+
+
+@SHARE_MODES
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_greedy_generation_matches_cpu(tmp_path, share_buffer, variant):
+    options, env = VARIANTS[variant]
     model = write_model_dir(tmp_path / "model", share_buffer=share_buffer)
     cpu = generate(tmp_path / "model", "cpu")
-    mlx = generate(tmp_path / "model", "mlx", profile=tmp_path / "mlx_profile")
-    assert len(cpu["tokens"]) == MAX_LENGTH, cpu["tokens"]
-    assert cpu["tokens"][: len(PROMPT)] == PROMPT
+    mlx = generate(tmp_path / "model", "mlx", profile=tmp_path / "mlx_profile", options=options, env=env)
+    [tokens] = cpu["tokens"]
+    assert len(tokens) == MAX_LENGTH, tokens
+    assert tokens[: len(PROMPT)] == PROMPT
     assert mlx["tokens"] == cpu["tokens"]
     # one prefill run, then one run per further token
+    runs = MAX_LENGTH - len(PROMPT)
+    assert_decoder_on_mlx(mlx["profile"], model, runs=runs)
+    if variant == "compiled" and not share_buffer:
+        # genai's growing cache is the usual decode layout: every step is one compiled call
+        assert run_paths(mlx["profile"]) == {"prefill": 1, "decode": runs - 1}
+
+
+@SHARE_MODES
+def test_padded_batch_matches_cpu(tmp_path, share_buffer):
+    """A batch of two prompts, the shorter left-padded (``pad_token_id`` 0, masked out by
+    genai's attention mask): GroupQueryAttention with per-row ``seqlens_k``."""
+    model = write_model_dir(tmp_path / "model", share_buffer=share_buffer)
+    prompts = [PROMPT, [0, 0, 0, 8, 9, 10]]
+    cpu = generate(tmp_path / "model", "cpu", prompts=prompts)
+    mlx = generate(tmp_path / "model", "mlx", prompts=prompts, profile=tmp_path / "mlx_profile")
+    assert [len(row) for row in cpu["tokens"]] == [MAX_LENGTH, MAX_LENGTH]
+    assert cpu["tokens"][0] != cpu["tokens"][1]
+    assert mlx["tokens"] == cpu["tokens"]
     assert_decoder_on_mlx(mlx["profile"], model, runs=MAX_LENGTH - len(PROMPT))
 
 
@@ -210,4 +262,4 @@ def test_usage_recipe_runs(tmp_path):
     done = subprocess.run([sys.executable, "-c", snippet], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
     tokens = json.loads(done.stdout.strip().splitlines()[-1])
-    assert tokens == generate(folder, "cpu")["tokens"]
+    assert [tokens] == generate(folder, "cpu")["tokens"]
