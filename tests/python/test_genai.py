@@ -4,7 +4,9 @@ Each test writes a tiny Llama-style decoder (``llm.build_llama``: GroupQueryAtte
 KV cache, rotary embedding, RMSNorm, SiLU MLP) and its ``genai_config.json`` into a temporary
 folder, then generates greedily with genai (no tokenizer: ``Generator.append_tokens``) on ORT's
 CPU EP and with ``MLXExecutionProvider`` registered (``og.register_execution_provider_library``),
-in both ``past_present_share_buffer`` modes, and checks that the tokens are equal.
+in both ``past_present_share_buffer`` modes, and checks that the tokens are equal: with the
+EP's defaults, with ``compile`` on, without device memory, for a left-padded batch and for a
+4-bit MatMulNBits variant.
 
 genai runs in a subprocess (``genai_worker.py``): it loads ONNX Runtime's shared library, a
 second ORT beside the one this process imported. It exposes no session, so where the decoder's
@@ -59,27 +61,27 @@ PROMPT = [5, 17, 33, 99, 7, 42]
 MAX_LENGTH = 32
 
 
-def write_model_dir(folder: Path, *, share_buffer: bool, max_length: int = MAX_LENGTH) -> onnx.ModelProto:
-    """The decoder and a ``genai_config.json`` for it in ``folder``: greedy search up to
+def write_model_dir(folder: Path, *, share_buffer: bool, max_length: int = MAX_LENGTH, cfg: llm.LlamaConfig = CFG) -> onnx.ModelProto:
+    """The decoder ``cfg`` and a ``genai_config.json`` for it in ``folder``: greedy search up to
     ``max_length`` tokens, ``min_length`` = ``max_length`` so no early end of sequence."""
     folder.mkdir(parents=True, exist_ok=True)
-    model = llm.build_llama(CFG)
+    model = llm.build_llama(cfg)
     onnx.save(model, str(folder / "model.onnx"))
     config = {
         "model": {
             "type": "llama",
             "context_length": 64,
-            "vocab_size": CFG.vocab,
+            "vocab_size": cfg.vocab,
             "bos_token_id": 1,
             "eos_token_id": 2,
             "pad_token_id": 0,
             "decoder": {
                 "filename": "model.onnx",
-                "head_size": CFG.head,
-                "hidden_size": CFG.hidden,
-                "num_attention_heads": CFG.heads,
-                "num_key_value_heads": CFG.kv_heads,
-                "num_hidden_layers": CFG.layers,
+                "head_size": cfg.head,
+                "hidden_size": cfg.hidden,
+                "num_attention_heads": cfg.heads,
+                "num_key_value_heads": cfg.kv_heads,
+                "num_hidden_layers": cfg.layers,
                 "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},
                 "inputs": {
                     "input_ids": "input_ids",
@@ -219,6 +221,17 @@ def test_padded_batch_matches_cpu(tmp_path, share_buffer):
     mlx = generate(tmp_path / "model", "mlx", prompts=prompts, profile=tmp_path / "mlx_profile")
     assert [len(row) for row in cpu["tokens"]] == [MAX_LENGTH, MAX_LENGTH]
     assert cpu["tokens"][0] != cpu["tokens"][1]
+    assert mlx["tokens"] == cpu["tokens"]
+    assert_decoder_on_mlx(mlx["profile"], model, runs=MAX_LENGTH - len(PROMPT))
+
+
+@SHARE_MODES
+def test_quantized_decoder_matches_cpu(tmp_path, share_buffer):
+    """The decoder with 4-bit com.microsoft MatMulNBits projections (block 32, zero points)."""
+    model = write_model_dir(tmp_path / "model", share_buffer=share_buffer, cfg=CFG.quantized())
+    assert any(n.op_type == "MatMulNBits" for n in model.graph.node)
+    cpu = generate(tmp_path / "model", "cpu")
+    mlx = generate(tmp_path / "model", "mlx", profile=tmp_path / "mlx_profile")
     assert mlx["tokens"] == cpu["tokens"]
     assert_decoder_on_mlx(mlx["profile"], model, runs=MAX_LENGTH - len(PROMPT))
 
