@@ -118,10 +118,13 @@ def write_model_dir(folder: Path, *, share_buffer: bool, max_length: int = MAX_L
 
 
 def library() -> str:
+    """The EP library from ``ORTMLX_EP_LIBRARY``, as an absolute path (the worker runs elsewhere)."""
     path = os.environ.get(LIBRARY_VAR)
     if not path:
-        pytest.fail(f"{LIBRARY_VAR} is not set (cargo xtask test sets it)")
-    return path
+        pytest.fail(f"{LIBRARY_VAR} is not set: point it at the built EP library, or run the suites through `cargo xtask test`", pytrace=False)
+    if not os.path.isfile(path):
+        pytest.fail(f"{LIBRARY_VAR}={path}: no such file (build it with `cargo xtask build`)", pytrace=False)
+    return os.path.abspath(path)
 
 
 def generate(
