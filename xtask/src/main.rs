@@ -35,7 +35,8 @@ usage: cargo xtask <command> [options]
 commands:
   setup                 install the Debian packages the build needs (cmake, libclang-dev,
                         libopenblas0-pthread) and the pinned Python environments
-                        (one per ONNX Runtime version) in the cache directory
+                        (one per ONNX Runtime version, the opset-forward one and
+                        onnxruntime-genai's) in the cache directory
   build                 cargo build --release -p ortmlx-ep, then print the library's path
   demo                  setup + build, then run tests/python/demo.py: a small encoder through
                         ONNX Runtime with the MLX EP and with the CPU EP, side by side
@@ -57,6 +58,9 @@ commands:
       --no-forward      skip the opset-forward stages: the schema table matches the newest
                         onnx, and tests/python/test_opset_forward.py (with the placement
                         summary tests) on the newest ONNX Runtime, in their own environment
+      --no-genai        skip tests/python/test_genai.py in its own environment
+                        (onnxruntime-genai 0.18.0 with onnxruntime 1.31.1): genai's greedy
+                        decode loop with the EP registered, tokens equal to the CPU EP
   conformance [options] setup + build, then every case of ONNX's backend node suite (onnx 1.21.0)
                         through onnxruntime 1.31.1 with the MLX EP and alone on its CPU EP, each
                         case in an isolated worker; writes <target>/conformance/report.json and

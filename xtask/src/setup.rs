@@ -59,6 +59,26 @@ pub const FORWARD_ORT: &str = "1.32.0";
 /// The other pins of the [`FORWARD_ORT`] environment: the newest onnx (it stamps opset 28).
 pub const FORWARD_PINS: [&str; 3] = ["onnx==1.23.2", "numpy==2.3.5", "pytest==9.2.0"];
 
+/// The onnxruntime-genai release `tests/python/test_genai.py` runs: 0.18.0 is the first that
+/// drives plugin EPs (`register_execution_provider_library`); it needs onnxruntime >= 1.31.0,
+/// so its environment holds [`GENAI_ORT`].
+pub const GENAI_VERSION: &str = "0.18.0";
+
+/// The ONNX Runtime of the genai environment.
+pub const GENAI_ORT: &str = LATEST_ORT;
+
+/// The other pins of the genai environment: onnxruntime-genai and [`COMMON_PINS`] (the test
+/// builds its model with onnx and runs under the suite's conftest).
+pub const GENAI_PINS: [&str; 4] = [
+    "onnxruntime-genai==0.18.0",
+    "onnx==1.21.0",
+    "numpy==2.3.5",
+    "pytest==9.2.0",
+];
+
+/// The folder-name prefix of the genai environment (`venv-genai-<genai>-ort<ort>`).
+const GENAI_PREFIX: &str = "venv-genai-0.18.0-ort";
+
 /// Debian packages the build needs: cmake (mlx-c), libclang (bindgen) and an optimized BLAS
 /// for MLX's CPU backend.
 const DEBIAN_PACKAGES: [&str; 3] = ["cmake", "libclang-dev", "libopenblas0-pthread"];
@@ -85,7 +105,7 @@ pub enum Scope {
 pub struct Venv {
     /// The ONNX Runtime version installed in it.
     pub ort_version: &'static str,
-    /// The other pins installed in it ([`COMMON_PINS`], [`LATEST_PINS`] or [`FORWARD_PINS`]).
+    /// The other pins installed in it ([`COMMON_PINS`], [`LATEST_PINS`], [`FORWARD_PINS`] or [`GENAI_PINS`]).
     pub pins: &'static [&'static str],
     /// Its folder.
     pub dir: PathBuf,
@@ -99,7 +119,8 @@ impl Venv {
 }
 
 /// Provisions everything and returns the environments in `scope` (with [`Scope::All`], also
-/// the opset-forward environment, which is not returned: see [`forward_venv`]).
+/// the opset-forward and genai environments, which are not returned: see [`forward_venv`] and
+/// [`genai_venv`]).
 pub fn run(scope: Scope) -> Result<Vec<Venv>> {
     let python = system()?;
     let mut venvs = Vec::new();
@@ -125,9 +146,21 @@ pub fn run(scope: Scope) -> Result<Vec<Venv>> {
         )?),
         _ => None,
     };
+    // A platform without the genai wheel keeps the other environments: the genai stage of
+    // `cargo xtask test` then fails with this error (`--no-genai` skips it).
+    let genai = match scope {
+        Scope::All => match provision_genai(&python) {
+            Ok(venv) => Some(venv),
+            Err(err) => {
+                eprintln!("warning: {err:#}");
+                None
+            }
+        },
+        _ => None,
+    };
 
     banner("setup: done");
-    for venv in venvs.iter().chain(&forward) {
+    for venv in venvs.iter().chain(&forward).chain(&genai) {
         println!(
             "onnxruntime {:<7} {}",
             venv.ort_version,
@@ -142,6 +175,21 @@ pub fn run(scope: Scope) -> Result<Vec<Venv>> {
 pub fn forward_venv() -> Result<Venv> {
     let python = system()?;
     provision(&python, FORWARD_ORT, &FORWARD_PINS, "venv-forward-ort")
+}
+
+/// The genai environment ([`GENAI_ORT`] with [`GENAI_PINS`]), provisioned when missing or
+/// stale.
+pub fn genai_venv() -> Result<Venv> {
+    let python = system()?;
+    provision_genai(&python)
+}
+
+fn provision_genai(python: &Python) -> Result<Venv> {
+    provision(python, GENAI_ORT, &GENAI_PINS, GENAI_PREFIX).with_context(|| {
+        format!(
+            "onnxruntime-genai {GENAI_VERSION} (with onnxruntime {GENAI_ORT}) did not install: PyPI may have no wheel of it for this Python and platform (`pip index versions onnxruntime-genai` lists what it has). tests/python/test_genai.py needs it; `cargo xtask test --no-genai` skips that stage"
+        )
+    })
 }
 
 /// One environment in the cache folder, named `<prefix><ort_version>`.
@@ -352,6 +400,15 @@ if not hasattr(ort.SessionOptions, "add_provider_for_devices"):
     missing.append("SessionOptions.add_provider_for_devices")
 if missing:
     sys.exit("onnxruntime %s lacks the plugin EP API: %s" % (want, ", ".join(missing)))
+from importlib.metadata import version
+for pin in sys.argv[2:]:
+    name, _, pinned = pin.partition("==")
+    if version(name) != pinned:
+        sys.exit("expected %s %s, found %s" % (name, pinned, version(name)))
+    if name == "onnxruntime-genai":
+        import onnxruntime_genai
+        if not hasattr(onnxruntime_genai, "register_execution_provider_library"):
+            sys.exit("onnxruntime-genai %s cannot register plugin EPs" % pinned)
 import numpy, onnx, pytest
 print("onnxruntime %s, onnx %s, numpy %s, pytest %s" % (ort.__version__, onnx.__version__, numpy.__version__, pytest.__version__))
 "#;
@@ -392,8 +449,12 @@ fn ensure_venv(python: &Python, venv: &Venv) -> Result<()> {
             .args(&pins),
     )
     .with_context(|| format!("installing {} into {}", pins.join(" "), venv.dir.display()))?;
-    util::run(Command::new(venv.python()).args(["-c", VERIFY_SCRIPT, venv.ort_version]))
-        .with_context(|| format!("checking the environment {}", venv.dir.display()))?;
+    util::run(
+        Command::new(venv.python())
+            .args(["-c", VERIFY_SCRIPT, venv.ort_version])
+            .args(venv.pins),
+    )
+    .with_context(|| format!("checking the environment {}", venv.dir.display()))?;
     fs::write(&marker, marker_text).with_context(|| format!("writing {}", marker.display()))?;
     println!("ready: {}", venv.dir.display());
     Ok(())
@@ -408,5 +469,12 @@ mod tests {
         assert_eq!(LATEST_PINS[..COMMON_PINS.len()], COMMON_PINS[..]);
         assert_eq!(venv_prefix(&COMMON_PINS), "venv-ort");
         assert_eq!(venv_prefix(&LATEST_PINS), "venv-sklearn-ort");
+    }
+
+    #[test]
+    fn the_genai_environment_is_keyed_by_both_pinned_versions() {
+        assert_eq!(GENAI_PINS[0], format!("onnxruntime-genai=={GENAI_VERSION}"));
+        assert_eq!(GENAI_PINS[1..], COMMON_PINS[..]);
+        assert_eq!(GENAI_PREFIX, format!("venv-genai-{GENAI_VERSION}-ort"));
     }
 }

@@ -23,13 +23,14 @@ pub struct Options {
     no_package: bool,
     no_conformance: bool,
     no_forward: bool,
+    no_genai: bool,
     ort: Vec<&'static str>,
     pytest_args: Vec<String>,
 }
 
 impl Options {
     /// Parses `[--no-rust] [--no-python] [--no-package] [--no-conformance] [--no-forward]
-    /// [--ort <version>]... [-- <pytest args>]`.
+    /// [--no-genai] [--ort <version>]... [-- <pytest args>]`.
     pub fn parse(args: &[String]) -> Result<Self> {
         let mut options = Options::default();
         let mut args = args.iter();
@@ -40,6 +41,7 @@ impl Options {
                 "--no-package" => options.no_package = true,
                 "--no-conformance" => options.no_conformance = true,
                 "--no-forward" => options.no_forward = true,
+                "--no-genai" => options.no_genai = true,
                 "--ort" => {
                     let Some(version) = args.next() else {
                         bail!("--ort needs a version")
@@ -151,6 +153,10 @@ pub fn run(options: Options) -> Result<()> {
         stages.extend(forward_stages(lib.as_deref(), &options.pytest_args)?);
     }
 
+    if !options.no_python && !options.no_genai {
+        stages.push(genai_stage(lib.as_deref(), &options.pytest_args)?);
+    }
+
     if !options.no_conformance
         && let Some(venv) = venvs.iter().find(|v| v.ort_version == setup::LATEST_ORT)
     {
@@ -237,6 +243,44 @@ fn forward_stages(lib: Option<&Path>, pytest_args: &[String]) -> Result<Vec<Stag
     };
     stages.push(Stage { name, passed });
     Ok(stages)
+}
+
+/// The file of `tests/python` the genai stage runs (skipped in the other environments, which
+/// lack onnxruntime-genai).
+const GENAI_TEST: &str = "test_genai.py";
+
+/// `tests/python/test_genai.py` in the genai environment ([`setup::genai_venv`]):
+/// onnxruntime-genai's decode loop with the EP registered.
+/// A missing environment (PyPI without the pinned genai for this platform) fails the stage with
+/// the reason.
+fn genai_stage(lib: Option<&Path>, pytest_args: &[String]) -> Result<Stage> {
+    let name = format!(
+        "pytest {GENAI_TEST} (onnxruntime-genai {}, onnxruntime {})",
+        setup::GENAI_VERSION,
+        setup::GENAI_ORT
+    );
+    let venv = match setup::genai_venv() {
+        Ok(venv) => venv,
+        Err(err) => {
+            eprintln!("{name}: {err:#}");
+            return Ok(Stage {
+                name,
+                passed: false,
+            });
+        }
+    };
+    let passed = match lib {
+        Some(lib) => {
+            banner(&format!("test: {name}"));
+            let file = util::workspace_root()
+                .join("tests")
+                .join("python")
+                .join(GENAI_TEST);
+            pytest(&venv, lib, &[file], pytest_args)?
+        }
+        None => false,
+    };
+    Ok(Stage { name, passed })
 }
 
 /// pytest over `files` (default: all of `tests/python`) in `venv`; a selection (`-k`) that
