@@ -9,7 +9,8 @@
   `round_mode` with and without `saturate`, bit for bit against ORT's CPU EP and a numpy model
   written from the spec's table (ORT's conventions where the spec leaves it open: negatives
   and zero saturate to code 0 or become NaN), and every code back to float32 / float16;
-- BitCast (opset 26) between same-width types, against numpy's `view`.
+- BitCast (opset 26) between same-width types, against numpy's `view`;
+- QLinearMatMul with int8 / uint8 operands, exact per the spec (int32 accumulation, saturation).
 
 Every case asserts the node ran on the MLX EP; odd element counts exercise the packing.
 """
@@ -268,3 +269,60 @@ def test_bitcast(case):
         np.testing.assert_array_equal(y.view(np.uint8), x.view(np.uint8))
         assert y.dtype == dnp
     assert_on_mlx(session, ["BitCast"])
+
+
+# ---------------------------------------------------------------------------
+# QLinearMatMul with int8 operands: exact per the spec (int32 accumulation, then saturation)
+
+QLMM_CASES = [
+    # (id, a type, b type, y type)
+    ("s8_s8_s8", np.int8, np.int8, np.int8),
+    ("u8_s8_u8", np.uint8, np.int8, np.uint8),
+    ("s8_u8_s8", np.int8, np.uint8, np.int8),
+    ("u8_u8_u8", np.uint8, np.uint8, np.uint8),
+]
+NP_ONNX = {np.int8: TensorProto.INT8, np.uint8: TensorProto.UINT8}
+
+
+def qlinear_matmul_spec(a, a_s, a_zp, b, b_s, b_zp, y_s, y_zp):
+    """`saturate(round_half_even(int32 (a - a_zp) @ (b - b_zp) * (a_s * b_s / y_s)) + y_zp)`."""
+    acc = (a.astype(np.int64) - a_zp) @ (b.astype(np.int64) - b_zp)
+    mult = np.float32(a_s) * np.float32(b_s) / np.float32(y_s)
+    y = np.rint(acc.astype(np.float32) * mult) + y_zp.astype(np.int64)
+    info = np.iinfo(y_zp.dtype)
+    return np.clip(y, info.min, info.max).astype(y_zp.dtype)
+
+
+@pytest.mark.parametrize("case", QLMM_CASES, ids=[c[0] for c in QLMM_CASES])
+@pytest.mark.parametrize("shape", [((2, 4), (4, 3)), ((2, 3, 70), (70, 5))], ids=["2d", "3d_k70"])
+def test_qlinear_matmul_int8_exact_per_spec(case, shape):
+    """Large operands drive the accumulator and the requantized result out of range. The
+    ONNX backend cases `test_qlinearmatmul_*_int8_*` expect the wrapped (int8 cast) result of
+    ONNX's reference, which does not saturate; the spec saturates, and so does the EP (ORT's
+    CPU EP agrees with the spec on s8 x s8; on u8 x s8 without VNNI, MLAS saturates its
+    partial products, so ORT is not compared there)."""
+    _, at, bt, yt = case
+    rng = np.random.default_rng(8)
+    (sa, sb) = shape
+
+    def ints(t, s):
+        info = np.iinfo(t)
+        return rng.integers(info.min, info.max, s, dtype=t, endpoint=True)
+
+    a, b = ints(at, sa), ints(bt, sb)
+    a_zp, b_zp, y_zp = np.array(ints(at, ()), at), np.array(ints(bt, ()), bt), np.array(ints(yt, ()), yt)
+    a_s, b_s, y_s = (np.array(v, np.float32) for v in (0.0066, 0.00705, 0.004))
+    names = ["a", "a_scale", "a_zero_point", "b", "b_scale", "b_zero_point", "y_scale", "y_zero_point"]
+    arrays = [a, a_s, a_zp, b, b_s, b_zp, y_s, y_zp]
+    infos = [helper.make_tensor_value_info(n, NP_ONNX.get(v.dtype.type, F32), list(v.shape)) for n, v in zip(names, arrays)]
+    out_shape = list(sa[:-1]) + [sb[-1]]
+    m = one_node(helper.make_node("QLinearMatMul", names, ["y"]), infos, [helper.make_tensor_value_info("y", NP_ONNX[yt], out_shape)], 21)
+    feeds = dict(zip(names, arrays))
+    session = make_session(m)
+    y = session.run(None, feeds)[0]
+    want = qlinear_matmul_spec(*arrays)
+    np.testing.assert_array_equal(y, want)
+    assert (want == np.iinfo(yt).min).any() or (want == np.iinfo(yt).max).any(), "the case should saturate"
+    if at is np.int8 and bt is np.int8:
+        np.testing.assert_array_equal(make_session(m, mlx=False).run(None, feeds)[0], want)
+    assert_on_mlx(session, ["QLinearMatMul"])
