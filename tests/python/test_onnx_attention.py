@@ -7,7 +7,9 @@ one-token decode step), and a fully masked row gives zeros. Where ORT departs fr
 applies the soft cap before the mask, its `qk_matmul_output_mode` 1 and 2 are the scores after
 the soft cap and after the mask, and it fills masked scores with the lowest finite value instead
 of -inf) the cases compare with `attention_spec`, a numpy reference written from the spec: the
-mask is added first, then the soft cap, then softmax."""
+mask is added first, then the soft cap, then softmax. Keys masked out (-inf) stay masked through
+the soft cap, as in ORT; ONNX's reference lets `tanh` turn them into `-softcap`, which no
+conformance case exercises."""
 
 from __future__ import annotations
 
@@ -101,7 +103,8 @@ def attention_spec(m, feeds):
     snapshots = [raw, scores]
     cap = attrs.get("softcap", 0.0)
     if cap > 0:
-        scores = cap * np.tanh(scores / cap)
+        # masked keys stay masked (ONNX's reference lets tanh turn -inf into -softcap)
+        scores = np.where(scores == -np.inf, -np.inf, cap * np.tanh(scores / cap))
     snapshots.append(scores)
     mx = scores.max(axis=-1, keepdims=True)
     alive = mx > -np.inf

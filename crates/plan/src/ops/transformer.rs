@@ -11,7 +11,7 @@ use crate::step::{BinaryOp as B, ReduceOp, ReshapeTarget, ShapeSource, SliceSpec
 #[rustfmt::skip]
 pub fn register(r: &mut Registry) {
     r.op("", "Attention", 23, MAX, claim_attention, lower_attention)
-        .notes("causal mask aligned top-left after the past (none for a one-query step over a past), as ORT's CPU kernel; as the ONNX spec: the mask is added before the soft cap, `qk_matmul_output` modes 0-3 are the scores, with the mask (masked: -inf), after the soft cap, after softmax, a mask shorter than the keys is padded as masked; all-masked rows give zeros (as ORT); no `nonpad_kv_seqlen` with a past cache");
+        .notes("causal mask aligned top-left after the past (none for a one-query step over a past), as ORT's CPU kernel; as the ONNX spec: the mask is added before the soft cap, `qk_matmul_output` modes 0-3 are the scores, with the mask (masked: -inf), after the soft cap, after softmax, a mask shorter than the keys is padded as masked; masked keys stay masked through the soft cap and all-masked rows give zeros (as ORT); no `nonpad_kv_seqlen` with a past cache");
     r.op("", "RotaryEmbedding", 23, MAX, claim_rotary, lower_rotary);
 }
 
@@ -486,8 +486,9 @@ fn causal_keep(
 }
 
 /// Attention step by step, as the ONNX spec orders it: `scale * q k^T`, plus the mask (bool
-/// masks, causal and `nonpad_kv_seqlen` positions are -inf), soft cap, softmax (all-masked rows
-/// give zeros, as ORT), times `v`; output 3 is the scores after the step
+/// masks, causal and `nonpad_kv_seqlen` positions are -inf), soft cap (masked keys stay -inf,
+/// as in ORT, where ONNX's reference lets `tanh` turn them into `-softcap`), softmax
+/// (all-masked rows give zeros, as ORT), times `v`; output 3 is the scores after the step
 /// `qk_matmul_output_mode` names. Computed in float32 for halves.
 #[allow(clippy::too_many_arguments)]
 fn explicit_attention(
@@ -565,20 +566,27 @@ fn explicit_attention(
     }
     snapshots.push(scores);
     let masked = additive.is_some() || lens.is_some();
-    // a row whose every key is masked (before the cap turns -inf into -softcap)
-    let alive = if masked && form.softcap <= 0.0 {
+    if form.softcap > 0.0 {
+        let cap = ctx.scalar(cdt, form.softcap as f64)?;
+        let d = ctx.binary(B::Divide, scores, cap, cdt);
+        let t = ctx.unary(UnaryOp::Tanh, d, cdt);
+        let capped = ctx.binary(B::Multiply, t, cap, cdt);
+        // masked keys (-inf) stay masked: the cap would turn them into -softcap
+        scores = if masked {
+            let hard = ctx.binary(B::Equal, scores, low, cdt);
+            select(ctx, hard, low, capped, cdt)
+        } else {
+            capped
+        };
+    }
+    snapshots.push(scores);
+    // a row whose every key is masked
+    let alive = if masked {
         let mx = reduce_last(ctx, ReduceOp::Max, scores, cdt);
         Some(ctx.binary(B::Greater, mx, low, cdt))
     } else {
         None
     };
-    if form.softcap > 0.0 {
-        let cap = ctx.scalar(cdt, form.softcap as f64)?;
-        let d = ctx.binary(B::Divide, scores, cap, cdt);
-        let t = ctx.unary(UnaryOp::Tanh, d, cdt);
-        scores = ctx.binary(B::Multiply, t, cap, cdt);
-    }
-    snapshots.push(scores);
     let probs = ctx.temp(cdt);
     ctx.push(Step::Softmax {
         x: scores,
