@@ -1,11 +1,15 @@
 """ONNX `Attention` (opset 23 and 24), `RotaryEmbedding` and `RMSNormalization` (opset 23) on the
 MLX EP, each case against ORT's CPU EP and asserting that the op ran on MLX.
 
-ORT's CPU kernel is the reference, including where it departs from the ONNX reference
-implementation: the causal mask is aligned to the top-left, shifted by the past length (and left
-out for a one-token decode step), the soft cap is applied before the mask, a fully masked row
-gives zeros, and `qk_matmul_output_mode` 1 and 2 are the scores after the soft cap and after
-the mask."""
+ORT's CPU kernel is the reference where it follows the ONNX spec, and for what the spec leaves
+open: the causal mask is aligned to the top-left, shifted by the past length (and left out for a
+one-token decode step), and a fully masked row gives zeros. Where ORT departs from the spec (it
+applies the soft cap before the mask, its `qk_matmul_output_mode` 1 and 2 are the scores after
+the soft cap and after the mask, and it fills masked scores with the lowest finite value instead
+of -inf) the cases compare with `attention_spec`, a numpy reference written from the spec: the
+mask is added first, then the soft cap, then softmax. Keys masked out (-inf) stay masked through
+the soft cap, as in ORT; ONNX's reference lets `tanh` turn them into `-softcap`, which no
+conformance case exercises."""
 
 from __future__ import annotations
 
@@ -51,7 +55,95 @@ def model(op, inputs, n_out, attrs, opset, domain_outputs=None):
     return m, {n: a for n, a in inputs.values()}
 
 
+def attention_spec(m, feeds):
+    """The outputs of the one-node Attention model `m` on `feeds`, per the ONNX spec (float64),
+    with ORT's conventions where the spec leaves them open (see the module docs)."""
+    node = m.graph.node[0]
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    x = {name: feeds[name].astype(np.float64) if feeds[name].dtype.kind == "f" else feeds[name] for name in feeds}
+    q, k, v = x["Q"], x["K"], x["V"]
+    three_d = q.ndim == 3
+    if three_d:
+        hq, hkv = attrs["q_num_heads"], attrs["kv_num_heads"]
+        q, k, v = (t.reshape(t.shape[0], t.shape[1], h, -1).transpose(0, 2, 1, 3) for t, h in ((q, hq), (k, hkv), (v, hkv)))
+    past = 0
+    if "past_key" in x:
+        past = x["past_key"].shape[2]
+        k = np.concatenate([x["past_key"], k], axis=2)
+        v = np.concatenate([x["past_value"], v], axis=2)
+    present_k, present_v = k, v
+    s, t = q.shape[2], k.shape[2]
+    scale = attrs.get("scale", 1.0 / np.sqrt(q.shape[-1]))
+    reps = q.shape[1] // k.shape[1]
+    kr, vr = np.repeat(k, reps, axis=1), np.repeat(v, reps, axis=1)
+    raw = q @ kr.transpose(0, 1, 3, 2) * scale
+    bias = np.zeros((s, t))
+    if "attn_mask" in x:
+        mask = x["attn_mask"]
+        if mask.dtype == np.bool_:
+            mask = np.where(mask, 0.0, -np.inf)
+        pad = t - mask.shape[-1]
+        if pad > 0:
+            mask = np.pad(mask, [(0, 0)] * (mask.ndim - 1) + [(0, pad)], constant_values=-np.inf)
+        bias = bias + mask
+    rows, cols = np.arange(s)[:, None], np.arange(t)[None, :]
+    lens = x.get("nonpad_kv_seqlen")
+    if attrs.get("is_causal", 0):
+        if lens is not None:
+            keep = cols[None] + s <= rows[None] + lens[:, None, None]
+            keep = keep[:, None]
+        elif s == 1 and past > 0:
+            keep = np.ones((s, t), bool)
+        else:
+            keep = cols <= rows + past
+        bias = np.where(keep, bias, -np.inf)
+    if lens is not None:
+        bias = np.where((cols[None] < lens[:, None, None])[:, None], bias, -np.inf)
+    scores = raw + bias
+    snapshots = [raw, scores]
+    cap = attrs.get("softcap", 0.0)
+    if cap > 0:
+        # masked keys stay masked (ONNX's reference lets tanh turn -inf into -softcap)
+        scores = np.where(scores == -np.inf, -np.inf, cap * np.tanh(scores / cap))
+    snapshots.append(scores)
+    mx = scores.max(axis=-1, keepdims=True)
+    alive = mx > -np.inf
+    e = np.exp(scores - np.where(alive, mx, 0.0))
+    probs = np.where(alive, e / e.sum(axis=-1, keepdims=True), 0.0)
+    snapshots.append(probs)
+    y = probs @ vr
+    if three_d:
+        y = y.transpose(0, 2, 1, 3).reshape(y.shape[0], s, -1)
+    dt = feeds["Q"].dtype
+    values = {0: y, 1: present_k, 2: present_v, 3: snapshots[attrs.get("qk_matmul_output_mode", 0)]}
+    outs = list(node.output)
+    return [values[i].astype(dt) for i, name in enumerate(outs) if name]
+
+
+def departs_from_ort(m):
+    """Whether ORT's CPU kernel departs from the ONNX spec on this Attention model: a soft cap
+    over a mask, or the scores with the mask (modes 1 and 2) of a masked form."""
+    node = m.graph.node[0]
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    inputs = list(node.input) + [""] * 7
+    masked = bool(inputs[3] or inputs[6] or attrs.get("is_causal", 0))
+    if inputs[3]:
+        dims = {vi.name: [d.dim_value for d in vi.type.tensor_type.shape.dim] for vi in m.graph.input}
+        seq = 1 if len(dims["K"]) == 3 else 2
+        total = dims["K"][seq] + (dims["past_key"][2] if inputs[4] else 0)
+        if dims[inputs[3]][-1] < total:
+            return True
+    scores = len(node.output) > 3 and node.output[3] and attrs.get("qk_matmul_output_mode", 0) in (1, 2)
+    return masked and (attrs.get("softcap", 0.0) > 0 or scores)
+
+
 def check(m, feeds, op, tol):
+    if op == "Attention" and departs_from_ort(m):
+        session = make_session(m)
+        actual = run(session, feeds)
+        assert_outputs_match(actual, attention_spec(m, feeds), rtol=tol, atol=tol)
+        assert_on_mlx(session, [op])
+        return actual
     expected = run(make_session(m, mlx=False), feeds)
     session = make_session(m)
     actual = run(session, feeds)
@@ -98,6 +190,11 @@ ATTN_CASES = [
     ("softcap_3d_gqa", {"softcap": 2.0, "q_num_heads": HQ, "kv_num_heads": HKV}, (B, S, HQ * D), (B, T, HKV * D), (B, T, HKV * D), None, None, 1),
     ("past_4d", {}, (B, HQ, S, D), (B, HQ, S, D), (B, HQ, S, D), None, 4, 3),
     ("past_3d_gqa", {"q_num_heads": HQ, "kv_num_heads": HKV}, (B, S, HQ * D), (B, S, HKV * D), (B, S, HKV * D), ((S, S + 4), "bool"), 4, 3),
+    # masks shorter than the keys, padded as masked (ORT's CPU kernel refuses them)
+    ("mask_short_float", {}, (B, HQ, S, D), (B, HQ, T, D), (B, HQ, T, D), ((S, T - 2), "float"), None, 1),
+    ("mask_short_bool4d", {}, (B, HQ, S, D), (B, HQ, T, D), (B, HQ, T, D), ((B, 1, S, T - 1), "bool"), None, 1),
+    ("mask_short_past_causal", {"is_causal": 1}, (B, HQ, S, D), (B, HQ, S, D), (B, HQ, S, D), ((S, S + 2), "float"), 4, 3),
+    ("mask_short_softcap_qk", {"softcap": 2.0, "qk_matmul_output_mode": 1}, (B, HQ, S, D), (B, HKV, T, D), (B, HKV, T, D), ((HQ, S, T - 2), "float"), None, 4),
 ]
 for mode in range(4):
     ATTN_CASES += [

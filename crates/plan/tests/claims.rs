@@ -279,3 +279,54 @@ fn registry_lists_required_ops() {
     }
     let _ = Node::default();
 }
+
+#[test]
+fn narrow_float_casts_and_bitcasts() {
+    // float4 e2m1 (opset 23) and float8 e8m0 (opset 24), both ways, from and to the wide floats
+    for (opset, small) in [(23, DataType::Float4E2M1), (24, DataType::Float8E8M0)] {
+        for wide in [DataType::Float, DataType::Float16] {
+            let mut g = G::new(opset);
+            g.input("x", wide, &[3]);
+            g.node("Cast", &["x"], &["y"])
+                .attr("to", int(small as i64))
+                .attr("round_mode", string("nearest"));
+            assert!(claim(&g, 0).is_ok(), "{wide} -> {small}");
+            let mut g = G::new(opset);
+            g.input("x", small, &[3]);
+            g.node("Cast", &["x"], &["y"]).attr("to", int(wide as i64));
+            assert!(claim(&g, 0).is_ok(), "{small} -> {wide}");
+        }
+        let mut g = G::new(opset);
+        g.input("x", small, &[3]);
+        g.node("Cast", &["x"], &["y"])
+            .attr("to", int(DataType::Int32 as i64));
+        declined(&g, 0, "float8 decodes to float types");
+    }
+    let mut g = G::new(24);
+    g.input("x", DataType::Float, &[3]);
+    g.node("Cast", &["x"], &["y"])
+        .attr("to", int(DataType::Float8E8M0 as i64))
+        .attr("round_mode", string("sideways"));
+    declined(&g, 0, "unknown round_mode 'sideways'");
+    let mut g = G::new(24);
+    g.input("x", DataType::Float4E2M1, &[3]);
+    g.node("Cast", &["x"], &["y"])
+        .attr("to", int(DataType::Float8E8M0 as i64));
+    declined(&g, 0, "is not claimed");
+    // BitCast: same width, bool only as the source
+    let mut g = G::new(26);
+    g.input("x", DataType::Bool, &[3]);
+    g.node("BitCast", &["x"], &["y"])
+        .attr("to", int(DataType::Uint8 as i64));
+    assert!(claim(&g, 0).is_ok());
+    let mut g = G::new(26);
+    g.input("x", DataType::Uint8, &[3]);
+    g.node("BitCast", &["x"], &["y"])
+        .attr("to", int(DataType::Bool as i64));
+    declined(&g, 0, "no valid MLX booleans");
+    let mut g = G::new(26);
+    g.input("x", DataType::Int16, &[3]);
+    g.node("BitCast", &["x"], &["y"])
+        .attr("to", int(DataType::Float as i64));
+    declined(&g, 0, "differ in width");
+}

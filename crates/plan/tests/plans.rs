@@ -703,10 +703,16 @@ fn attention_declines_what_ort_refuses() {
         &["y", "", "", "qk"],
     );
     declined(&g, 0, "qk_matmul_output_mode 4");
+    // a shorter mask is padded as masked (the ONNX spec); a longer one is invalid
+    let mut g = onnx_attention(&[1, 2, 3, 4], &[1, 2, 5, 4], &[], &["y"]);
+    g.input("m", DataType::Bool, &[3, 6]);
+    g.g.nodes[0].inputs.push("m".into());
+    declined(&g, 0, "an attn_mask of 6 keys for 5 keys");
     let mut g = onnx_attention(&[1, 2, 3, 4], &[1, 2, 5, 4], &[], &["y"]);
     g.input("m", DataType::Bool, &[3, 4]);
     g.g.nodes[0].inputs.push("m".into());
-    declined(&g, 0, "an attn_mask of 4 keys for 5 keys");
+    let p = plan_of(&g.build());
+    assert_eq!(count(&p, |s| matches!(s, Step::Pad { .. })), 1);
     let mut g = onnx_attention(&[1, 2, 3, 4], &[1, 2, 5, 4], &[], &["y"]);
     g.input("m", DataType::Bool, &[5]);
     g.g.nodes[0].inputs.push("m".into());

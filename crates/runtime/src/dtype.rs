@@ -8,13 +8,16 @@ use crate::RuntimeError;
 /// The MLX dtype holding an ONNX element type, when MLX has one.
 ///
 /// The float8 types have no MLX dtype: their one-byte codes are held as uint8 (only the plan's
-/// float8 Cast lowering reads or writes them, with integer ops).
+/// float8 Cast lowering reads or writes them, with integer ops); float4 e2m1 codes are held
+/// one per byte as uint8 (see `packed`).
 pub fn to_mlx(t: DataType) -> Result<Dtype, RuntimeError> {
     Ok(match t {
         DataType::Float8E4M3FN
         | DataType::Float8E4M3FNUZ
         | DataType::Float8E5M2
-        | DataType::Float8E5M2FNUZ => Dtype::Uint8,
+        | DataType::Float8E5M2FNUZ
+        | DataType::Float8E8M0
+        | DataType::Float4E2M1 => Dtype::Uint8,
         // packed sub-byte integers, held one per byte (see `packed`)
         DataType::Int4 | DataType::Int2 => Dtype::Int8,
         DataType::Uint4 | DataType::Uint2 => Dtype::Uint8,
@@ -74,6 +77,7 @@ mod tests {
                         | DataType::Float8E4M3FNUZ
                         | DataType::Float8E5M2
                         | DataType::Float8E5M2FNUZ
+                        | DataType::Float8E8M0
                 ) {
                     assert_eq!(to_onnx(d), Some(t));
                 }

@@ -1,8 +1,9 @@
-//! Bit-level ops: `BitCast`, and `Cast` / `CastLike` to and from the float8 types and the
-//! packed integer types (int4, uint4, int2, uint2).
+//! Bit-level ops: `BitCast`, and `Cast` / `CastLike` to and from the float8 types, float4 e2m1
+//! and the packed integer types (int4, uint4, int2, uint2).
 //!
-//! MLX has no float8 dtype: the runtime holds a float8 tensor's one-byte codes as uint8, and
-//! only the lowerings here read or write them. The packed integers are held one value per
+//! MLX has no float8 or float4 dtype: the runtime holds a float8 tensor's one-byte codes as
+//! uint8, a float4 e2m1 tensor's 4-bit codes one per byte (uint8, unpacked and packed at the
+//! boundary), and only the lowerings here read or write them. The packed integers are held one value per
 //! byte (int8 or uint8, sign-extended; the runtime unpacks and packs them at the boundary):
 //! decoding is a plain cast, encoding truncates toward zero to int32 (as ONNX's reference
 //! does, and every other float-to-integer cast) and wraps to the type's bits.
@@ -16,7 +17,14 @@
 //!   exponent), so `r = round_half_even(|x| / ulp) * ulp` is `|x|` rounded to the target exactly
 //!   (division and product by a power of two are exact in float32). `r`'s code is then read
 //!   off its float32 bits (normal) or as `r / 2^(emin - M)` (subnormal), and the sign, NaN and
-//!   overflow cases are selected in.
+//!   overflow cases are selected in. float4 e2m1 (opset 23) is the same scheme with a 4-bit
+//!   code; it has no NaN or infinity and always saturates, as ONNX's reference does (a NaN
+//!   becomes the zero code of the opposite sign, as in `ml_dtypes`).
+//! - **float8 e8m0** (opset 24, a power of two `2^(code - 127)`, 0xFF NaN, no sign) decodes by
+//!   a table and encodes on the exponent and mantissa bits with `round_mode` (`up`: toward
+//!   +inf, `down`: toward zero, `nearest`: half up) and `saturate`, as ORT's CPU kernel: with
+//!   `saturate`, values below 2^-127 (zero and negatives included) give code 0 and values
+//!   above 2^127 (inf included) code 0xFE; without it, anything out of [2^-127, 2^127] is NaN.
 
 use onnx_ir::{DataType, Node, TensorData};
 
@@ -32,9 +40,11 @@ pub fn register(r: &mut Registry) {
     r.op("", "BitCast", 26, MAX, claim_bitcast, lower_bitcast);
 }
 
-/// A float8 format.
+/// A float8 format (E8M0 aside) or float4 e2m1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Float8 {
+    /// Code width: 8, or 4 for float4 e2m1.
+    bits: u32,
     /// Mantissa bits.
     mant: u32,
     /// Exponent bias.
@@ -52,6 +62,7 @@ impl Float8 {
     pub(crate) fn of(dt: DataType) -> Option<Float8> {
         Some(match dt {
             DataType::Float8E4M3FN => Float8 {
+                bits: 8,
                 mant: 3,
                 bias: 7,
                 fnuz: false,
@@ -59,6 +70,7 @@ impl Float8 {
                 max: 0x7E,
             },
             DataType::Float8E4M3FNUZ => Float8 {
+                bits: 8,
                 mant: 3,
                 bias: 8,
                 fnuz: true,
@@ -66,6 +78,7 @@ impl Float8 {
                 max: 0x7F,
             },
             DataType::Float8E5M2 => Float8 {
+                bits: 8,
                 mant: 2,
                 bias: 15,
                 fnuz: false,
@@ -73,11 +86,20 @@ impl Float8 {
                 max: 0x7B,
             },
             DataType::Float8E5M2FNUZ => Float8 {
+                bits: 8,
                 mant: 2,
                 bias: 16,
                 fnuz: true,
                 inf: None,
                 max: 0x7F,
+            },
+            DataType::Float4E2M1 => Float8 {
+                bits: 4,
+                mant: 1,
+                bias: 1,
+                fnuz: false,
+                inf: None,
+                max: 0x7,
             },
             _ => return None,
         })
@@ -93,14 +115,24 @@ impl Float8 {
         if self.fnuz { 0x80 } else { 0x7F }
     }
 
+    /// The sign bit of a code.
+    fn sign(self) -> u32 {
+        1 << (self.bits - 1)
+    }
+
+    /// The number of codes.
+    fn codes(self) -> u32 {
+        1 << self.bits
+    }
+
     /// The value of `code`.
     pub(crate) fn decode(self, code: u8) -> f32 {
-        let code = code as u32;
-        if self.fnuz && code == 0x80 {
+        let code = code as u32 & (self.codes() - 1);
+        if self.fnuz && code == self.sign() {
             return f32::NAN;
         }
-        let negative = code & 0x80 != 0;
-        let mag = code & 0x7F;
+        let negative = code & self.sign() != 0;
+        let mag = code & (self.sign() - 1);
         let e = (mag >> self.mant) as i32;
         let m = mag & ((1 << self.mant) - 1);
         let v = if self.inf == Some(mag) {
@@ -175,10 +207,16 @@ pub(crate) fn lower_packed_cast(
     Ok(ctx.cast(w, i, to))
 }
 
-/// Whether `Cast` between `from` and `to` is a float8 form this module lowers.
+/// Whether `dt` is one of the small float types this module converts (float8, float4 e2m1).
+fn small_float(dt: DataType) -> bool {
+    Float8::of(dt).is_some() || dt == DataType::Float8E8M0
+}
+
+/// Whether `Cast` between `from` and `to` is a float8 (or float4) form this module lowers.
 pub(crate) fn float8_cast(from: DataType, to: DataType) -> Option<Result<(), String>> {
     let wide = [DataType::Float, DataType::Float16, DataType::BFloat16];
-    match (Float8::of(from), Float8::of(to)) {
+    let small = |t: DataType| small_float(t).then_some(());
+    match (small(from), small(to)) {
         (None, None) => None,
         (Some(_), None) if wide.contains(&to) || to == DataType::Double => Some(Ok(())),
         (None, Some(_)) if wide.contains(&from) => Some(Ok(())),
@@ -200,16 +238,123 @@ pub(crate) fn lower_float8_cast(
     from: DataType,
     to: DataType,
 ) -> Result<Slot, PlanError> {
-    if Float8::of(from).is_some() {
+    if small_float(from) {
         let out = float8_to_f32(ctx, x, from)?;
         return Ok(ctx.cast(out, DataType::Float, to));
     }
-    if Float8::of(to).is_none() {
+    if !small_float(to) {
         invalid!(node, "not a float8 cast: {from} -> {to}");
     }
     let saturate = attr_int(node, "saturate").or_invalid(node)?.unwrap_or(1) != 0;
     let xf = ctx.cast(x, from, DataType::Float);
+    if to == DataType::Float8E8M0 {
+        let mode = round_mode(node).or_invalid(node)?;
+        return encode_e8m0(ctx, xf, saturate, mode);
+    }
     f32_to_float8(ctx, xf, to, saturate)
+}
+
+/// Cast's `round_mode` for float8 e8m0 (opset 24).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RoundMode {
+    /// Toward +inf (the default).
+    Up,
+    /// Toward zero.
+    Down,
+    /// To the nearer power of two, half up.
+    Nearest,
+}
+
+/// The node's `round_mode` attribute (`up` when absent).
+pub(crate) fn round_mode(node: &Node) -> Result<RoundMode, String> {
+    Ok(match attr_str(node, "round_mode")?.as_deref() {
+        None | Some("up") => RoundMode::Up,
+        Some("down") => RoundMode::Down,
+        Some("nearest") => RoundMode::Nearest,
+        Some(other) => return Err(format!("unknown round_mode '{other}'")),
+    })
+}
+
+/// The value of a float8 e8m0 code.
+fn e8m0_decode(code: u8) -> f32 {
+    match code {
+        0xFF => f32::NAN,
+        0 => f32::from_bits(0x0040_0000), // 2^-127, a float32 subnormal
+        c => f32::from_bits((c as u32) << 23),
+    }
+}
+
+/// float32 `x` -> float8 e8m0 codes (see the module docs).
+fn encode_e8m0(
+    ctx: &mut LowerCtx,
+    x: Slot,
+    saturate: bool,
+    mode: RoundMode,
+) -> Result<Slot, PlanError> {
+    let u = DataType::Uint32;
+    let cu = |ctx: &mut LowerCtx, v: u32| ctx.scalar(u, v as f64);
+    let select = |ctx: &mut LowerCtx, cond: Slot, x: Slot, y: Slot| {
+        let out = ctx.temp(u);
+        ctx.push(Step::Where { cond, x, y, out });
+        out
+    };
+    let bits = ctx.temp(u);
+    ctx.push(Step::View {
+        x,
+        dtype: u,
+        out: bits,
+    });
+    let s23 = cu(ctx, 23)?;
+    let e = ctx.binary(B::RightShift, bits, s23, u);
+    let ff = cu(ctx, 0xFF)?;
+    let e = ctx.binary(B::BitwiseAnd, e, ff, u);
+    let mmask = cu(ctx, 0x7F_FFFF)?;
+    let m = ctx.binary(B::BitwiseAnd, bits, mmask, u);
+    let zero = cu(ctx, 0)?;
+    let half = cu(ctx, 0x40_0000)?;
+    // the rounding increment of a normal (value 2^(e-127) * (1 + m / 2^23)) and of a float32
+    // subnormal (m * 2^-149, at least 2^-127 = half when not below the range)
+    let inc = |ctx: &mut LowerCtx, ties: u32, up_from: Option<Slot>| -> Result<Slot, PlanError> {
+        let flag = match (mode, up_from) {
+            (RoundMode::Down, _) => return Ok(zero),
+            (RoundMode::Up, None) => ctx.binary(B::NotEqual, m, zero, u),
+            (RoundMode::Up, Some(t)) => ctx.binary(B::Greater, m, t, u),
+            (RoundMode::Nearest, _) => {
+                let t = cu(ctx, ties)?;
+                ctx.binary(B::GreaterEqual, m, t, u)
+            }
+        };
+        Ok(ctx.cast(flag, DataType::Bool, u))
+    };
+    let inc_normal = inc(ctx, 0x40_0000, None)?;
+    let inc_sub = inc(ctx, 0x60_0000, Some(half))?;
+    let normal = ctx.binary(B::Add, e, inc_normal, u);
+    let is_sub = ctx.binary(B::Equal, e, zero, u);
+    let mut code = select(ctx, is_sub, inc_sub, normal);
+    // below 2^-127 (zero included), negatives, and above 2^127
+    let small = ctx.binary(B::Less, m, half, u);
+    let below = ctx.binary(B::LogicalAnd, is_sub, small, DataType::Bool);
+    let s31 = cu(ctx, 31)?;
+    let sign = ctx.binary(B::RightShift, bits, s31, u);
+    let negative = ctx.binary(B::NotEqual, sign, zero, u);
+    let low = ctx.binary(B::LogicalOr, below, negative, DataType::Bool);
+    let amask = cu(ctx, 0x7FFF_FFFF)?;
+    let abs = ctx.binary(B::BitwiseAnd, bits, amask, u);
+    let nan = cu(ctx, 0xFF)?;
+    if saturate {
+        let max = cu(ctx, 0xFE)?;
+        code = ctx.binary(B::Minimum, code, max, u);
+        code = select(ctx, low, zero, code);
+        let inf = cu(ctx, 0x7F80_0000)?;
+        let is_nan = ctx.binary(B::Greater, abs, inf, u);
+        code = select(ctx, is_nan, nan, code);
+    } else {
+        let top = cu(ctx, 0x7F00_0000)?;
+        let high = ctx.binary(B::Greater, abs, top, u);
+        let out = ctx.binary(B::LogicalOr, low, high, DataType::Bool);
+        code = select(ctx, out, nan, code);
+    }
+    Ok(ctx.cast(code, u, DataType::Float8E8M0))
 }
 
 /// float8 codes `x` of type `from` -> float32 values (a table lookup).
@@ -218,11 +363,12 @@ pub(crate) fn float8_to_f32(
     x: Slot,
     from: DataType,
 ) -> Result<Slot, PlanError> {
-    let Some(fmt) = Float8::of(from) else {
-        return Ok(ctx.cast(x, from, DataType::Float));
+    let table: Vec<f32> = match Float8::of(from) {
+        Some(fmt) => (0..fmt.codes()).map(|c| fmt.decode(c as u8)).collect(),
+        None if from == DataType::Float8E8M0 => (0..=255u8).map(e8m0_decode).collect(),
+        None => return Ok(ctx.cast(x, from, DataType::Float)),
     };
-    let table: Vec<f32> = (0..=255u8).map(|c| fmt.decode(c)).collect();
-    let table = ctx.constant(TensorData::from_f32(vec![256], &table));
+    let table = ctx.constant(TensorData::from_f32(vec![table.len() as i64], &table));
     let idx = ctx.cast(x, from, DataType::Int32);
     let out = ctx.temp(DataType::Float);
     ctx.push(Step::Take {
@@ -319,6 +465,8 @@ fn encode(
     // out of range (inf included): the largest value, or inf / NaN without saturation
     let max = ctx.scalar(f, fmt.max_value() as f64)?;
     let over = ctx.binary(B::Greater, r, max, f);
+    // float4 e2m1 has neither infinity nor NaN: it always saturates
+    let saturate = saturate || fmt.bits == 4;
     let over_code = match (saturate, fmt.inf) {
         (true, _) => fmt.max,
         (false, Some(inf)) => inf,
@@ -327,8 +475,8 @@ fn encode(
     let over_code = cu(ctx, over_code)?;
     mag = select(ctx, over, over_code, mag, u);
     // the sign; fnuz has no negative zero
-    let s7 = cu(ctx, 7)?;
-    let sign_bit = ctx.binary(B::LeftShift, sign, s7, u);
+    let sbit = cu(ctx, fmt.bits - 1)?;
+    let sign_bit = ctx.binary(B::LeftShift, sign, sbit, u);
     let mut code = ctx.binary(B::BitwiseOr, sign_bit, mag, u);
     if fmt.fnuz {
         let zero = cu(ctx, 0)?;
@@ -343,6 +491,10 @@ fn encode(
     let isnan = ctx.unary(U::IsNan, x, DataType::Bool);
     let nan_code = if fmt.fnuz {
         cu(ctx, 0x80)?
+    } else if fmt.bits == 4 {
+        // no NaN: the zero of the opposite sign
+        let flip = cu(ctx, fmt.sign())?;
+        ctx.binary(B::BitwiseXor, sign_bit, flip, u)
     } else {
         let nan = cu(ctx, fmt.nan())?;
         ctx.binary(B::BitwiseOr, sign_bit, nan, u)
@@ -357,9 +509,21 @@ fn claim_bitcast(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
         .or_decline()?
         .and_then(|v| DataType::from_onnx(v as i32))
         .ok_or_else(|| Decline::new("BitCast: the 'to' attribute is missing or unknown"))?;
-    let plain = |t: DataType| t.is_integer() || t.is_float();
+    // numeric types, bool, and the one-byte float types held as uint8 codes
+    let plain = |t: DataType| {
+        t.is_integer()
+            || t.is_float()
+            || t == DataType::Bool
+            || Float8::of(t).is_some_and(|f| f.bits == 8)
+            || t == DataType::Float8E8M0
+    };
     if !plain(from) || !plain(to) {
-        decline!("BitCast: {from} -> {to} is not claimed (numeric types of MLX only)");
+        decline!("BitCast: {from} -> {to} is not claimed (numeric types, bool and float8 only)");
+    }
+    if to == DataType::Bool && from != DataType::Bool {
+        decline!(
+            "BitCast: {from} -> bool is not claimed (bytes other than 0 and 1 are no valid MLX booleans)"
+        );
     }
     if from.size_in_bytes() != to.size_in_bytes() {
         decline!("BitCast: {from} and {to} differ in width");
@@ -418,7 +582,37 @@ mod tests {
     }
 
     #[test]
+    fn small_formats_decode() {
+        let f4 = Float8::of(DataType::Float4E2M1).unwrap();
+        let values: Vec<f32> = (0..16).map(|c| f4.decode(c)).collect();
+        assert_eq!(
+            values,
+            [
+                0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0,
+                -6.0
+            ]
+        );
+        assert!(values[8].is_sign_negative());
+        assert_eq!(e8m0_decode(127), 1.0);
+        assert_eq!(e8m0_decode(0), 2f32.powi(-127));
+        assert_eq!(e8m0_decode(0xFE), 2f32.powi(127));
+        assert!(e8m0_decode(0xFF).is_nan());
+    }
+
+    #[test]
     fn casts_claimed() {
+        assert_eq!(
+            float8_cast(DataType::Float, DataType::Float4E2M1),
+            Some(Ok(()))
+        );
+        assert_eq!(
+            float8_cast(DataType::Float8E8M0, DataType::Float16),
+            Some(Ok(()))
+        );
+        assert!(matches!(
+            float8_cast(DataType::Float8E8M0, DataType::Float4E2M1),
+            Some(Err(_))
+        ));
         assert!(float8_cast(DataType::Float, DataType::Int32).is_none());
         assert_eq!(
             float8_cast(DataType::Float16, DataType::Float8E5M2),

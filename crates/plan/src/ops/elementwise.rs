@@ -676,6 +676,10 @@ fn claim_cast(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
         && let Some(form) =
             super::bits::float8_cast(from, to).or_else(|| super::bits::packed_cast(from, to))
     {
+        if to == DataType::Float8E8M0 {
+            super::bits::round_mode(node)
+                .map_err(|e| Decline::new(format!("{}: {e}", node.op_type)))?;
+        }
         return form.map_err(|e| Decline::new(format!("{}: {e}", node.op_type)));
     }
     ctx.expect_dtype(node, 0, DATA)?;

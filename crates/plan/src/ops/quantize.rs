@@ -2,8 +2,8 @@
 //!
 //! Integer quantized types (int8, uint8, int16, uint16, and int4, uint4, int2, uint2, which
 //! the runtime holds one value per byte; int32 for DequantizeLinear's input) and the float8
-//! types (with a zero point that is absent or a constant zero, as ONNX requires; converted as
-//! Cast does, see `bits`). Arithmetic follows ORT's CPU kernels, in float32:
+//! types and float4 e2m1 (with a zero point that is absent or a constant zero, as ONNX requires;
+//! converted as Cast does, see `bits`). Arithmetic follows ORT's CPU kernels, in float32:
 //!
 //! - `DequantizeLinear`: `y = float(int32(x) - int32(zero_point)) * scale`;
 //! - `QuantizeLinear`: `y = saturate(round_half_even(x / scale) + zero_point)`;
@@ -27,9 +27,9 @@ use crate::step::{BinaryOp as B, ReduceAxes, ReduceOp, ReshapeTarget, ShapeSourc
 #[rustfmt::skip]
 pub fn register(r: &mut Registry) {
     r.op("", "QuantizeLinear", 10, MAX, claim_quantize, lower_quantize)
-        .notes("8/16/4/2-bit integer outputs; float32 input and scale");
+        .notes("8/16/4/2-bit integer, float8 and float4 e2m1 outputs; float32 input and scale");
     r.op("", "DequantizeLinear", 10, MAX, claim_dequantize, lower_dequantize)
-        .notes("8/16/32/4/2-bit integer and float8 inputs");
+        .notes("8/16/32/4/2-bit integer, float8 and float4 e2m1 inputs");
     r.op("", "DynamicQuantizeLinear", 11, MAX, claim_dynamic, lower_dynamic);
 }
 
@@ -156,6 +156,7 @@ fn claim_dequantize(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
             DataType::Float8E4M3FNUZ,
             DataType::Float8E5M2,
             DataType::Float8E5M2FNUZ,
+            DataType::Float4E2M1,
         ],
     )?;
     let float8 = crate::ops::bits::Float8::of(x).is_some();

@@ -11,7 +11,7 @@ use crate::step::{BinaryOp as B, ReduceOp, ReshapeTarget, ShapeSource, SliceSpec
 #[rustfmt::skip]
 pub fn register(r: &mut Registry) {
     r.op("", "Attention", 23, MAX, claim_attention, lower_attention)
-        .notes("as ORT's CPU kernel: causal mask aligned top-left after the past (none for a one-query step over a past), soft cap before the mask, all-masked rows give zeros; `qk_matmul_output` (modes 0-3) and `nonpad_kv_seqlen` computed step by step; masks must span every key; no `nonpad_kv_seqlen` with a past cache");
+        .notes("causal mask aligned top-left after the past (none for a one-query step over a past), as ORT's CPU kernel; as the ONNX spec: the mask is added before the soft cap, `qk_matmul_output` modes 0-3 are the scores, with the mask (masked: -inf), after the soft cap, after softmax, a mask shorter than the keys is padded as masked; masked keys stay masked through the soft cap and all-masked rows give zeros (as ORT); no `nonpad_kv_seqlen` with a past cache");
     r.op("", "RotaryEmbedding", 23, MAX, claim_rotary, lower_rotary);
 }
 
@@ -49,10 +49,13 @@ struct AttentionForm {
 }
 
 impl AttentionForm {
-    /// A fused attention step computes the node exactly: no scores output and no
-    /// `nonpad_kv_seqlen`.
+    /// A fused attention step computes the node exactly: no scores output, no
+    /// `nonpad_kv_seqlen`, and no soft cap over a mask (ONNX caps the masked scores; the
+    /// fused step caps before masking).
     fn fast(&self, node: &Node) -> bool {
-        self.qk_mode.is_none() && node.input(6).is_none()
+        self.qk_mode.is_none()
+            && node.input(6).is_none()
+            && !(self.softcap > 0.0 && (self.causal || node.input(3).is_some()))
     }
 
     /// MLX's own causal mode (no keep-mask array) is ORT's causal mask.
@@ -162,8 +165,8 @@ fn claim_attention(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
         if !(2..=4).contains(&mrank) {
             decline!("Attention: a rank-{mrank} attn_mask is invalid (2-D to 4-D)");
         }
-        // ORT refuses a mask whose last dim is not the total key length (the ONNX spec
-        // pads a shorter one): leave such a node to ORT, which reports the error.
+        // The ONNX spec pads a mask shorter than the total key length as masked (ORT's CPU
+        // kernel refuses it); a longer one is invalid.
         let seq_axis = if rank == 3 { 1 } else { 2 };
         let total = k
             .as_ref()
@@ -174,11 +177,9 @@ fn claim_attention(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
             });
         let last = dims(ctx, node.input(3).unwrap_or("")).and_then(|m| m.last()?.fixed());
         if let (Some(total), Some(last)) = (total, last)
-            && total != last
+            && last > total
         {
-            decline!(
-                "Attention: an attn_mask of {last} keys for {total} keys (ORT's CPU kernel refuses it)"
-            );
+            decline!("Attention: an attn_mask of {last} keys for {total} keys is invalid");
         }
     }
     if !form.fast(node) && head_groups(&form, &q, &k).is_none() {
@@ -295,6 +296,9 @@ fn lower_attention(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
         v = nv;
     }
     let mut mask = ctx.opt_input(node, 3)?;
+    if let Some(m) = mask {
+        mask = Some(pad_mask(ctx, node, m)?);
+    }
     let y = if form.fast(node) {
         let mdt = match mask {
             Some(_) => ctx.input_dtype(node, 3)?,
@@ -385,6 +389,49 @@ fn lower_attention(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     ctx.finish(node, 2, v, dt)
 }
 
+/// A mask shorter than the total key length, padded at the end as masked (`false`, or -inf
+/// for a float mask), as the ONNX spec does; the lengths must be known at plan time.
+fn pad_mask(ctx: &mut LowerCtx, node: &Node, m: Slot) -> Result<Slot, PlanError> {
+    let rank = ctx.need_rank(node, 0)?;
+    let seq_axis = if rank == 3 { 1 } else { 2 };
+    let fixed = |ctx: &LowerCtx, i: usize, axis: Option<usize>| {
+        let s = ctx.input_fixed_shape(node, i)?;
+        s.get(axis.unwrap_or(s.len().wrapping_sub(1))).copied()
+    };
+    let keys = fixed(ctx, 1, Some(seq_axis));
+    let past = match node.input(4) {
+        Some(_) => fixed(ctx, 4, Some(2)),
+        None => Some(0),
+    };
+    let (Some(keys), Some(past), Some(last)) = (keys, past, fixed(ctx, 3, None)) else {
+        return Ok(m);
+    };
+    let total = keys + past;
+    if last >= total {
+        return Ok(m);
+    }
+    let mdt = ctx.input_dtype(node, 3)?;
+    let mrank = ctx.need_rank(node, 3)?;
+    let value = if mdt == DataType::Bool {
+        ctx.scalar(mdt, 0.0)?
+    } else {
+        ctx.scalar(mdt, f64::NEG_INFINITY)?
+    };
+    let out = ctx.temp(mdt);
+    ctx.push(Step::Pad {
+        x: m,
+        pads: crate::step::PadSpec::Static {
+            axes: vec![mrank as i32 - 1],
+            lo: vec![0],
+            hi: vec![(total - last) as i32],
+        },
+        mode: crate::step::PadMode::Constant,
+        value,
+        out,
+    });
+    Ok(out)
+}
+
 fn reduce_last(ctx: &mut LowerCtx, op: ReduceOp, x: Slot, dt: DataType) -> Slot {
     let out = ctx.temp(dt);
     ctx.push(Step::Reduce {
@@ -438,10 +485,11 @@ fn causal_keep(
     Ok(ctx.binary(B::LogicalOr, keep, decode, DataType::Bool))
 }
 
-/// Attention step by step, as ORT's CPU kernel computes it: `scale * q k^T`, soft cap, plus
-/// the mask (bool masks and causal positions add the lowest finite value), `nonpad_kv_seqlen`
-/// positions set to that value, softmax (all-masked rows give zeros), times `v`; output 3 is
-/// the scores after the step `qk_matmul_output_mode` names. Computed in float32 for halves.
+/// Attention step by step, as the ONNX spec orders it: `scale * q k^T`, plus the mask (bool
+/// masks, causal and `nonpad_kv_seqlen` positions are -inf), soft cap (masked keys stay -inf,
+/// as in ORT, where ONNX's reference lets `tanh` turn them into `-softcap`), softmax
+/// (all-masked rows give zeros, as ORT), times `v`; output 3 is the scores after the step
+/// `qk_matmul_output_mode` names. Computed in float32 for halves.
 #[allow(clippy::too_many_arguments)]
 fn explicit_attention(
     ctx: &mut LowerCtx,
@@ -455,7 +503,7 @@ fn explicit_attention(
     dt: DataType,
 ) -> Result<Slot, PlanError> {
     let cdt = compute_dtype(dt);
-    let low = ctx.scalar(cdt, lowest(dt))?;
+    let low = ctx.scalar(cdt, f64::NEG_INFINITY)?;
     let zero = ctx.scalar(cdt, 0.0)?;
     let qc = ctx.cast(q, dt, cdt);
     let kc = ctx.cast(k, dt, cdt);
@@ -489,13 +537,6 @@ fn explicit_attention(
     let raw = ctx.binary(B::Multiply, raw, sc, cdt);
     let mut snapshots = vec![raw];
     let mut scores = raw;
-    if form.softcap > 0.0 {
-        let cap = ctx.scalar(cdt, form.softcap as f64)?;
-        let d = ctx.binary(B::Divide, scores, cap, cdt);
-        let t = ctx.unary(UnaryOp::Tanh, d, cdt);
-        scores = ctx.binary(B::Multiply, t, cap, cdt);
-    }
-    snapshots.push(scores);
     let mut additive = match mask {
         Some(m) => {
             let mdt = ctx.input_dtype(node, 3)?;
@@ -524,6 +565,28 @@ fn explicit_attention(
         scores = select(ctx, valid, scores, low, cdt);
     }
     snapshots.push(scores);
+    let masked = additive.is_some() || lens.is_some();
+    if form.softcap > 0.0 {
+        let cap = ctx.scalar(cdt, form.softcap as f64)?;
+        let d = ctx.binary(B::Divide, scores, cap, cdt);
+        let t = ctx.unary(UnaryOp::Tanh, d, cdt);
+        let capped = ctx.binary(B::Multiply, t, cap, cdt);
+        // masked keys (-inf) stay masked: the cap would turn them into -softcap
+        scores = if masked {
+            let hard = ctx.binary(B::Equal, scores, low, cdt);
+            select(ctx, hard, low, capped, cdt)
+        } else {
+            capped
+        };
+    }
+    snapshots.push(scores);
+    // a row whose every key is masked
+    let alive = if masked {
+        let mx = reduce_last(ctx, ReduceOp::Max, scores, cdt);
+        Some(ctx.binary(B::Greater, mx, low, cdt))
+    } else {
+        None
+    };
     let probs = ctx.temp(cdt);
     ctx.push(Step::Softmax {
         x: scores,
@@ -531,13 +594,10 @@ fn explicit_attention(
         precise: true,
         out: probs,
     });
-    let probs = if additive.is_some() || lens.is_some() {
-        // A row whose every score is masked gives zeros (as MLAS's softmax does).
-        let mx = reduce_last(ctx, ReduceOp::Max, scores, cdt);
-        let alive = ctx.binary(B::Greater, mx, low, cdt);
-        select(ctx, alive, probs, zero, cdt)
-    } else {
-        probs
+    let probs = match alive {
+        // A row whose every score is masked gives zeros (as ORT's kernel does).
+        Some(alive) => select(ctx, alive, probs, zero, cdt),
+        None => probs,
     };
     snapshots.push(probs);
     if let Some(mode) = form.qk_mode {
