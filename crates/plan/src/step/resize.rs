@@ -3,7 +3,8 @@
 use std::fmt;
 
 use super::{
-    AspectPolicy, FloatSource, HostReader, ShapeSource, Slot, resize_target, source_coordinate,
+    AspectPolicy, FloatSource, HostReader, ShapeSource, Slot, resize_target, resized_length,
+    source_coordinate,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -98,6 +99,10 @@ impl ResizeSpec {
         if out_shape == input_shape {
             return Ok(Vec::new());
         }
+        let by_scales = match &self.sizes {
+            None => true,
+            Some(s) => s.get(host)?.is_empty(),
+        };
         let mut out = Vec::new();
         for ax in 0..rank {
             let (in_dim, out_dim, scale) = (input_shape[ax], out_shape[ax], scales[ax]);
@@ -105,9 +110,17 @@ impl ResizeSpec {
             if scale == 1.0 && out_dim == in_dim {
                 continue;
             }
-            let idx = nearest_indices(
+            let len = resized_length(
+                Some(self.coordinate_transform),
+                by_scales,
                 in_dim,
                 out_dim,
+                scale,
+            );
+            let idx = nearest_indices_at(
+                in_dim,
+                out_dim,
+                len,
                 scale,
                 self.coordinate_transform,
                 self.nearest_mode,
@@ -136,9 +149,22 @@ pub fn nearest_indices(
     ct: CoordinateTransform,
     mode: NearestMode,
 ) -> Vec<i32> {
+    nearest_indices_at(in_dim, out_dim, out_dim as f32, scale, ct, mode)
+}
+
+/// [`nearest_indices`] with the resized length of the coordinate formulas given
+/// ([`resized_length`]).
+pub fn nearest_indices_at(
+    in_dim: i64,
+    out_dim: i64,
+    out_len: f32,
+    scale: f32,
+    ct: CoordinateTransform,
+    mode: NearestMode,
+) -> Vec<i32> {
     // Float32 arithmetic throughout, as ONNX Runtime's CPU kernel does: boundary cases
     // (a source coordinate that is exactly an integer in real arithmetic) then round alike.
-    let (in_f, out_f) = (in_dim as f32, out_dim as f32);
+    let (in_f, out_f) = (in_dim as f32, out_len);
     (0..out_dim)
         .map(|o| {
             let o = o as f32;
