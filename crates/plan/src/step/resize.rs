@@ -3,8 +3,7 @@
 use std::fmt;
 
 use super::{
-    AspectPolicy, FloatSource, HostReader, ShapeSource, Slot, resize_target, resized_length,
-    source_coordinate,
+    AspectPolicy, FloatSource, HostReader, ShapeSource, Slot, resize_target, source_coordinate,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -99,10 +98,6 @@ impl ResizeSpec {
         if out_shape == input_shape {
             return Ok(Vec::new());
         }
-        let by_scales = match &self.sizes {
-            None => true,
-            Some(s) => s.get(host)?.is_empty(),
-        };
         let mut out = Vec::new();
         for ax in 0..rank {
             let (in_dim, out_dim, scale) = (input_shape[ax], out_shape[ax], scales[ax]);
@@ -110,17 +105,9 @@ impl ResizeSpec {
             if scale == 1.0 && out_dim == in_dim {
                 continue;
             }
-            let len = resized_length(
-                Some(self.coordinate_transform),
-                by_scales,
+            let idx = nearest_indices(
                 in_dim,
                 out_dim,
-                scale,
-            );
-            let idx = nearest_indices_at(
-                in_dim,
-                out_dim,
-                len,
                 scale,
                 self.coordinate_transform,
                 self.nearest_mode,
@@ -149,22 +136,9 @@ pub fn nearest_indices(
     ct: CoordinateTransform,
     mode: NearestMode,
 ) -> Vec<i32> {
-    nearest_indices_at(in_dim, out_dim, out_dim as f32, scale, ct, mode)
-}
-
-/// [`nearest_indices`] with the resized length of the coordinate formulas given
-/// ([`resized_length`]).
-pub fn nearest_indices_at(
-    in_dim: i64,
-    out_dim: i64,
-    out_len: f32,
-    scale: f32,
-    ct: CoordinateTransform,
-    mode: NearestMode,
-) -> Vec<i32> {
     // Float32 arithmetic throughout, as ONNX Runtime's CPU kernel does: boundary cases
     // (a source coordinate that is exactly an integer in real arithmetic) then round alike.
-    let (in_f, out_f) = (in_dim as f32, out_len);
+    let (in_f, out_f) = (in_dim as f32, out_dim as f32);
     (0..out_dim)
         .map(|o| {
             let o = o as f32;

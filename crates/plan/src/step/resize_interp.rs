@@ -113,12 +113,13 @@ pub struct InterpArgs {
     pub extrapolation: Option<f32>,
 }
 
-/// The `length_resized` that the `align_corners` formula divides by: with an output size that
-/// came from `scales`, the fractional `length_original * scale`, as the ONNX reference
-/// implementation computes it (so a downsample by 0.6 of 4 samples maps output 1 to
-/// `3 / 1.4`); else the integer output length. ORT's CPU EP always takes the integer length, so
-/// it disagrees with the ONNX backend tests `test_resize_downsample_scales_*_align_corners`.
-/// Other transforms take the integer length.
+/// The `length_resized` that the `align_corners` formula of linear and cubic resize divides by:
+/// with an output size that came from `scales`, the fractional `length_original * scale`, as
+/// the ONNX reference implementation computes it (intended, onnx/onnx#2462: a downsample by 0.6
+/// of 4 samples maps output 1 to `3 / 1.4`); else the integer output length. ORT's CPU EP always
+/// takes the integer length, so it fails the ONNX backend tests
+/// `test_resize_downsample_scales_{linear,cubic}_align_corners`. Other transforms, antialiased
+/// and nearest resize (no backend case; kept as ORT computes them) take the integer length.
 pub fn resized_length(
     coordinates: Option<CoordinateTransform>,
     by_scales: bool,
@@ -414,9 +415,8 @@ impl InterpSpec {
                 if n == m {
                     continue;
                 }
-                let len = resized_length(transform, by_scales, n, m, scale);
                 let coord =
-                    |o: f32| source_coordinate(transform, o, scale, len, n as f32, 0.0, 1.0);
+                    |o: f32| source_coordinate(transform, o, scale, m as f32, n as f32, 0.0, 1.0);
                 result.push(InterpAxis {
                     axis: ax as i32,
                     taps: antialias_taps(n, m, scale, support, a, exclude, coord),
