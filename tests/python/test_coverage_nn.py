@@ -125,6 +125,32 @@ def test_mel_weight_matrix(params, out_type, int_type):
     check_against_cpu(model, feeds, ["MelWeightMatrix"], rtol=1e-6, atol=1e-6)
 
 
+def test_mel_weight_matrix_of_constants_with_a_consumer():
+    # Constant scalars: the matrix is made at plan time; a MatMul consumes it on MLX.
+    consts = {
+        "num_mel_bins": np.array(6, np.int64),
+        "dft_length": np.array(32, np.int64),
+        "sample_rate": np.array(16000, np.int64),
+        "lower_edge_hertz": np.array(50.0, np.float32),
+        "upper_edge_hertz": np.array(7000.0, np.float32),
+    }
+    spec = np.abs(randn(4, 17, seed=16))
+    mel = helper.make_node("MelWeightMatrix", list(consts), ["M"], name="mel")
+    mm = helper.make_node("MatMul", ["S", "M"], ["Y"], name="mm")
+    model = graph_model([mel, mm], {"S": spec}, ["Y"], consts=consts, opset=17)
+    check_against_cpu(model, {"S": spec}, ["MatMul"], rtol=1e-5, atol=1e-5)
+
+
+def test_tfidf_vectorizer_then_matmul():
+    # The counts feed an MLX MatMul (symbolic batch: computed per run on the host).
+    x = np.random.default_rng(17).integers(2, 9, size=(5, 10)).astype(np.int64)
+    w = randn(9, 3, seed=18)
+    tfidf = helper.make_node("TfIdfVectorizer", ["X"], ["T"], name="tfidf", **tfidf_attrs("TFIDF", 1, 2, 1, True))
+    mm = helper.make_node("MatMul", ["T", "W"], ["Y"], name="mm")
+    model = graph_model([tfidf, mm], {"X": x}, ["Y"], consts={"W": w}, opset=13, symbolic=True)
+    check_against_cpu(model, {"X": x}, ["TfIdfVectorizer", "MatMul"], rtol=1e-5, atol=1e-5)
+
+
 def test_mel_weight_matrix_out_of_range_fails():
     # An upper edge above the Nyquist frequency: ORT's kernel refuses it, and so does the EP.
     feeds = {

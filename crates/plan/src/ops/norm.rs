@@ -232,7 +232,7 @@ fn claim_batch_norm(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
     if ctx.opset < 9 && attr_int(node, "spatial").or_decline()?.unwrap_or(1) != 1 {
         decline!("BatchNormalization: spatial=0 is not claimed");
     }
-    if training(node).or_decline()? {
+    if training(node, ctx.opset).or_decline()? {
         if node.outputs.len() < 2 {
             // ORT's kernel trains only when the node declares the statistics outputs.
             decline!(
@@ -251,8 +251,8 @@ fn claim_batch_norm(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
 }
 
 /// Opset 14+ `training_mode=1` (earlier opsets' training outputs are declined).
-fn training(node: &Node) -> Result<bool, String> {
-    Ok(attr_int(node, "training_mode")?.unwrap_or(0) != 0)
+fn training(node: &Node, opset: i64) -> Result<bool, String> {
+    Ok(opset >= 14 && attr_int(node, "training_mode")?.unwrap_or(0) != 0)
 }
 
 /// Training mode, as ORT's CPU kernel computes it: the batch statistics over every axis but the
@@ -336,7 +336,7 @@ fn per_channel(ctx: &mut LowerCtx, p: Slot, dt: DataType, rank: usize) -> Slot {
 }
 
 fn lower_batch_norm(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
-    if training(node).or_invalid(node)? {
+    if training(node, ctx.opset()).or_invalid(node)? {
         return lower_batch_norm_training(ctx, node);
     }
     let dt = ctx.input_dtype(node, 0)?;

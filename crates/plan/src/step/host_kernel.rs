@@ -211,7 +211,7 @@ impl TfIdfSpec {
                 return Err(format!("ngram_counts are out of bounds for {size}-grams"));
             }
             let items = (end - start) as usize;
-            if items % size != 0 {
+            if !items.is_multiple_of(size) {
                 return Err(format!("{items} items do not make whole {size}-grams"));
             }
             let n = items / size;
