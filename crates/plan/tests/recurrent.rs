@@ -144,10 +144,31 @@ fn resolves_activation_parameters() {
 }
 
 #[test]
-fn declines_layout_1() {
+fn batch_major_layout_transposes_around_the_step() {
+    for op in ["RNN", "GRU", "LSTM"] {
+        let mut g = layer(op, 5, 2);
+        g.g.nodes[0].attr("layout", int(1));
+        assert_eq!(claim(&g), Ok(()), "{op}");
+        let p = plan_of(&g.build());
+        recurrent(&p);
+        let perms: Vec<_> = p
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::Transpose { perm, .. } => perm.clone(),
+                _ => None,
+            })
+            .collect();
+        // X in; Y and Y_h out.
+        assert_eq!(
+            perms,
+            vec![vec![1, 0, 2], vec![2, 0, 1, 3], vec![1, 0, 2]],
+            "{op}"
+        );
+    }
     let mut g = layer("LSTM", 5, 1);
-    g.g.nodes[0].attr("layout", int(1));
-    declined(&g, "layout=1");
+    g.g.nodes[0].attr("layout", int(2));
+    declined(&g, "layout 2 is invalid");
 }
 
 #[test]

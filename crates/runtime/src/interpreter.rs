@@ -841,6 +841,36 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
             }
             return Ok(());
         }
+        HostKernel {
+            kernel,
+            inputs,
+            outs,
+        } => {
+            let mut host = Host { slots };
+            let mut tensors = Vec::with_capacity(inputs.len());
+            for (i, x) in inputs.iter().enumerate() {
+                let shape = shape_i64(host.slots.get(*x)?);
+                let values = if kernel.reads_ints(i) {
+                    plan::step::HostValues::Ints(host.ints(*x).map_err(err)?)
+                } else {
+                    plan::step::HostValues::Floats(host.floats(*x).map_err(err)?)
+                };
+                tensors.push(plan::step::HostTensor { shape, values });
+            }
+            let results = kernel.run(&tensors).map_err(err)?;
+            if results.len() != outs.len() {
+                return Err(RuntimeError(format!(
+                    "host kernel {} made {} results for {} outputs",
+                    kernel.name(),
+                    results.len(),
+                    outs.len()
+                )));
+            }
+            for (slot, t) in outs.iter().zip(&results) {
+                slots.set(*slot, host_array(t)?);
+            }
+            return Ok(());
+        }
         QuantizedMatmul {
             x,
             w,

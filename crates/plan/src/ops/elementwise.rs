@@ -777,15 +777,26 @@ fn claim_dropout(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
     if let Some(t) = node.input(2) {
         match ctx.constant(t).and_then(|t| t.to_i64_vec()) {
             Some(v) if v.iter().all(|&b| b == 0) => {}
+            // Training with a ratio of exactly 0 drops nothing: Y = X, the mask all true.
+            _ if zero_ratio(ctx, node) => {}
             _ => decline!(
-                "Dropout: a training_mode input that is not a constant false is not claimed (inference only)"
+                "Dropout: training_mode that is not a constant false is claimed only with a constant ratio of 0 (a nonzero or run-time ratio drops at random)"
             ),
         }
     }
     Ok(())
 }
 
-/// Inference-mode Dropout: the input unchanged, and a mask of all true when asked for.
+/// Opset 12+ Dropout's ratio input is a constant 0 (every element).
+fn zero_ratio(ctx: &ClaimCtx, node: &Node) -> bool {
+    node.input(1)
+        .and_then(|r| ctx.constant(r))
+        .and_then(|t| t.to_f64_vec())
+        .is_some_and(|v| !v.is_empty() && v.iter().all(|&r| r == 0.0))
+}
+
+/// Inference-mode Dropout (or training with a ratio of 0): the input unchanged, and a mask of
+/// all true when asked for.
 fn lower_dropout(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     let x = ctx.input(node, 0)?;
     ctx.alias(node, 0, x);

@@ -34,6 +34,7 @@ pub mod reduce;
 pub mod resize;
 pub mod shape;
 pub mod signal;
+pub mod text;
 pub mod transformer;
 
 /// The newest opset every open-ended registration covers.
@@ -64,6 +65,7 @@ pub fn register_all(r: &mut Registry) {
     linalg::register(r);
     grid_sample::register(r);
     signal::register(r);
+    text::register(r);
     transformer::register(r);
     microsoft::register(r);
     ml::register(r);

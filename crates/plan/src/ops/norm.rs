@@ -1,5 +1,5 @@
 //! Normalisations: Softmax, LogSoftmax, LayerNormalization, RMSNormalization,
-//! BatchNormalization (inference), InstanceNormalization.
+//! BatchNormalization (inference, and opset-14+ training mode), InstanceNormalization.
 
 use onnx_ir::{DataType, Node, TensorData};
 
@@ -232,11 +232,89 @@ fn claim_batch_norm(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
     if ctx.opset < 9 && attr_int(node, "spatial").or_decline()?.unwrap_or(1) != 1 {
         decline!("BatchNormalization: spatial=0 is not claimed");
     }
-    if attr_int(node, "training_mode").or_decline()?.unwrap_or(0) != 0 {
-        decline!("BatchNormalization: training_mode=1 is not claimed (inference only)");
+    if training(node, ctx.opset).or_decline()? {
+        if node.outputs.len() < 2 {
+            // ORT's kernel trains only when the node declares the statistics outputs.
+            decline!(
+                "BatchNormalization: training_mode=1 without the running statistics outputs is not claimed (ORT's CPU EP then normalises with the input statistics)"
+            );
+        }
+        if node.outputs.len() > 3 {
+            decline!("BatchNormalization: training mode has 3 outputs at opset 14+");
+        }
+        return Ok(());
     }
     for i in 1..5 {
         no_output(node, i, "training statistics")?;
+    }
+    Ok(())
+}
+
+/// Opset 14+ `training_mode=1` (earlier opsets' training outputs are declined).
+fn training(node: &Node, opset: i64) -> Result<bool, String> {
+    Ok(opset >= 14 && attr_int(node, "training_mode")?.unwrap_or(0) != 0)
+}
+
+/// Training mode, as ORT's CPU kernel computes it: the batch statistics over every axis but the
+/// channels (`saved_var` the biased variance), `Y = (x - saved_mean) * scale / sqrt(saved_var +
+/// epsilon) + B`, and the running statistics `input * momentum + saved * (1 - momentum)`.
+/// Computed in float32 for half inputs.
+fn lower_batch_norm_training(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
+    let dt = ctx.input_dtype(node, 0)?;
+    let rank = ctx.need_rank(node, 0)?;
+    let cdt = compute_dtype(dt);
+    let eps = attr_float(node, "epsilon")
+        .or_invalid(node)?
+        .unwrap_or(1e-5) as f64;
+    let momentum = attr_float(node, "momentum")
+        .or_invalid(node)?
+        .unwrap_or(0.9) as f64;
+    let x0 = ctx.input(node, 0)?;
+    let x = ctx.cast(x0, dt, cdt);
+    let axes: Vec<i64> = std::iter::once(0).chain(2..rank as i64).collect();
+    let mean = reduce(ctx, ReduceOp::Mean, x, &axes, cdt);
+    let d = ctx.binary(B::Subtract, x, mean, cdt);
+    let d2 = ctx.unary(U::Square, d, cdt);
+    let var = reduce(ctx, ReduceOp::Mean, d2, &axes, cdt);
+    let mut p = Vec::new();
+    for i in 1..3 {
+        let pdt = ctx.input_dtype(node, i)?;
+        let v = ctx.input(node, i)?;
+        let v = ctx.cast(v, pdt, cdt);
+        p.push(per_channel(ctx, v, cdt, rank));
+    }
+    let e = ctx.scalar(cdt, eps)?;
+    let ve = ctx.binary(B::Add, var, e, cdt);
+    let inv = ctx.unary(U::Rsqrt, ve, cdt);
+    let s = ctx.binary(B::Multiply, inv, p[0], cdt);
+    let ys = ctx.binary(B::Multiply, d, s, cdt);
+    let y = ctx.binary(B::Add, ys, p[1], cdt);
+    let y = ctx.cast(y, cdt, dt);
+    ctx.finish(node, 0, y, dt)?;
+    let m = ctx.scalar(cdt, momentum)?;
+    let m1 = ctx.scalar(cdt, 1.0 - momentum)?;
+    for (o, saved) in [(1, mean), (2, var)] {
+        if node.output(o).is_none() {
+            continue;
+        }
+        // [1, C, 1, ...] -> [C]
+        let flat = ctx.temp(cdt);
+        ctx.push(Step::Reshape {
+            x: saved,
+            target: ReshapeTarget::Onnx {
+                shape: ShapeSource::Static(vec![-1]),
+                allowzero: false,
+            },
+            out: flat,
+        });
+        let odt = ctx.input_dtype(node, o + 2)?;
+        let input = ctx.input(node, o + 2)?;
+        let input = ctx.cast(input, odt, cdt);
+        let a = ctx.binary(B::Multiply, input, m, cdt);
+        let b = ctx.binary(B::Multiply, flat, m1, cdt);
+        let r = ctx.binary(B::Add, a, b, cdt);
+        let r = ctx.cast(r, cdt, odt);
+        ctx.finish(node, o, r, odt)?;
     }
     Ok(())
 }
@@ -258,6 +336,9 @@ fn per_channel(ctx: &mut LowerCtx, p: Slot, dt: DataType, rank: usize) -> Slot {
 }
 
 fn lower_batch_norm(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
+    if training(node, ctx.opset()).or_invalid(node)? {
+        return lower_batch_norm_training(ctx, node);
+    }
     let dt = ctx.input_dtype(node, 0)?;
     let rank = ctx.need_rank(node, 0)?;
     let eps = attr_float(node, "epsilon")

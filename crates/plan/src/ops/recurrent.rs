@@ -1,4 +1,5 @@
-//! Recurrent layers: RNN, GRU and LSTM (ONNX layout 0, `[seq_length, batch, input]`).
+//! Recurrent layers: RNN, GRU and LSTM (ONNX layout 0, `[seq_length, batch, input]`; layout 1,
+//! batch-major, is transposed to layout 0 around the same step).
 //!
 //! One [`Step::Recurrent`] per node: the runtime runs the time loop over the sequence length it
 //! finds in X, so the length may be symbolic. The layer computes in float32 (half inputs are
@@ -57,10 +58,9 @@ fn parse(node: &Node, kind: Kind) -> Result<Spec, String> {
             ));
         }
     };
-    if attr_int(node, "layout")?.unwrap_or(0) != 0 {
-        return Err(format!(
-            "{op}: layout=1 (batch-major) is not claimed: ORT's CPU EP rejects it too"
-        ));
+    match attr_int(node, "layout")?.unwrap_or(0) {
+        0 | 1 => {}
+        l => return Err(format!("{op}: layout {l} is invalid (0 or 1)")),
     }
     let mut clip = attr_float(node, "clip")?;
     let alphas = attr_floats(node, "activation_alpha")?;
@@ -176,9 +176,16 @@ fn parse(node: &Node, kind: Kind) -> Result<Spec, String> {
     })
 }
 
+/// Layout 1: X `[batch, seq_length, input]`, states `[batch, num_directions, hidden]`, Y
+/// `[batch, seq_length, num_directions, hidden]` (opset 14+; earlier opsets have no layout).
+fn batch_major(node: &Node) -> Result<bool, String> {
+    Ok(attr_int(node, "layout")?.unwrap_or(0) == 1)
+}
+
 /// The static `seq_length` of X, when it is one.
 fn seq_length(graph: &onnx_ir::Graph, node: &Node) -> Option<i64> {
-    graph.value(node.input(0)?)?.shape?.first()?.fixed()
+    let axis = usize::from(batch_major(node).ok()?);
+    graph.value(node.input(0)?)?.shape?.get(axis)?.fixed()
 }
 
 fn claim_rnn(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
@@ -218,6 +225,9 @@ fn claim(ctx: &ClaimCtx, node: &Node, kind: Kind) -> Result<(), Decline> {
         }
     }
     parse(node, kind).or_decline()?;
+    if batch_major(node).or_decline()? && ctx.opset < 14 {
+        decline!("{op}: layout is an attribute of opset 14 and later");
+    }
     let r = ctx.expect_rank(node, 0)?;
     if r != 3 {
         decline!("{op}: X has rank {r}, expected 3");
@@ -258,16 +268,35 @@ fn load(ctx: &mut LowerCtx, node: &Node, i: usize) -> Result<Option<Slot>, PlanE
     Ok(Some(ctx.cast(s, dt, F)))
 }
 
+/// Swaps the two leading axes of a rank-3 value.
+fn swap01(ctx: &mut LowerCtx, x: Slot) -> Slot {
+    let out = ctx.temp(F);
+    ctx.push(Step::Transpose {
+        x,
+        perm: Some(vec![1, 0, 2]),
+        out,
+    });
+    out
+}
+
 fn lower(ctx: &mut LowerCtx, node: &Node, kind: Kind) -> Result<(), PlanError> {
     let spec = parse(node, kind).or_invalid(node)?;
+    let batch_major = batch_major(node).or_invalid(node)?;
     let dt = ctx.input_dtype(node, 0)?;
-    let x = load(ctx, node, 0)?.expect("required");
+    // Batch-major X and initial states become sequence-major (layout 0) first.
+    let to_layout0 = |ctx: &mut LowerCtx, s: Option<Slot>| {
+        s.map(|s| if batch_major { swap01(ctx, s) } else { s })
+    };
+    let x = load(ctx, node, 0)?;
+    let x = to_layout0(ctx, x).expect("required");
     let w = load(ctx, node, 1)?.expect("required");
     let r = load(ctx, node, 2)?.expect("required");
     let b = load(ctx, node, 3)?;
     let h0 = load(ctx, node, 5)?;
+    let h0 = to_layout0(ctx, h0);
     let (c0, p) = if kind == Kind::Lstm {
-        (load(ctx, node, 6)?, load(ctx, node, 7)?)
+        let c0 = load(ctx, node, 6)?;
+        (to_layout0(ctx, c0), load(ctx, node, 7)?)
     } else {
         (None, None)
     };
@@ -297,7 +326,23 @@ fn lower(ctx: &mut LowerCtx, node: &Node, kind: Kind) -> Result<(), PlanError> {
         outs,
     });
     for (i, o) in outs.iter().enumerate() {
-        if let Some(o) = *o {
+        if let Some(mut o) = *o {
+            if batch_major {
+                // Y [seq, dirs, batch, hidden] -> [batch, seq, dirs, hidden]; Y_h / Y_c
+                // [dirs, batch, hidden] -> [batch, dirs, hidden].
+                let perm = if i == 0 {
+                    vec![2, 0, 1, 3]
+                } else {
+                    vec![1, 0, 2]
+                };
+                let t = ctx.temp(F);
+                ctx.push(Step::Transpose {
+                    x: o,
+                    perm: Some(perm),
+                    out: t,
+                });
+                o = t;
+            }
             let y = ctx.cast(o, F, dt);
             ctx.finish(node, i, y, dt)?;
         }

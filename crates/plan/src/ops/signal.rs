@@ -1,4 +1,5 @@
-//! Signal processing: DFT and STFT (MLX FFTs; complex values packed as a trailing dim of 2).
+//! Signal processing: DFT and STFT (MLX FFTs; complex values packed as a trailing dim of 2),
+//! MelWeightMatrix (a host kernel).
 
 use onnx_ir::{DataType, Node};
 
@@ -6,13 +7,75 @@ use super::*;
 use crate::decline;
 use crate::plan::invalid;
 use crate::registry::ClaimCtx;
-use crate::step::{BinaryOp as B, DftSpec, FloatSource, ReshapeTarget, ShapeSource, WindowSpec};
+use crate::step::{
+    BinaryOp as B, DftSpec, FloatSource, HostKernel, MEL_TYPES, ReshapeTarget, ShapeSource,
+    WindowSpec, mel_weight_matrix,
+};
 
 /// Registers the family.
 #[rustfmt::skip]
 pub fn register(r: &mut Registry) {
     r.op("", "DFT", 17, MAX, claim_dft, lower_dft);
     r.op("", "STFT", 17, MAX, claim_stft, lower_stft);
+    r.op("", "MelWeightMatrix", 17, MAX, claim_mel, lower_mel);
+}
+
+/// `output_datatype` (default float).
+fn mel_dtype(node: &Node) -> Result<DataType, String> {
+    let code = attr_int(node, "output_datatype")?.unwrap_or(1);
+    i32::try_from(code)
+        .ok()
+        .and_then(DataType::from_onnx)
+        .ok_or_else(|| format!("MelWeightMatrix: output_datatype {code} is not a tensor type"))
+}
+
+fn claim_mel(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
+    for i in 0..3 {
+        ctx.expect_dtype(node, i, INDEX)?;
+    }
+    for i in 3..5 {
+        ctx.expect_dtype(node, i, &[DataType::Float])?;
+    }
+    let dt = mel_dtype(node).or_decline()?;
+    if !MEL_TYPES.contains(&dt) {
+        decline!("MelWeightMatrix: output_datatype {dt} is not claimed");
+    }
+    Ok(())
+}
+
+/// Computed on the host from the five scalars ([`HostKernel::MelWeightMatrix`]); folded when
+/// they are constants.
+fn lower_mel(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
+    let dtype = mel_dtype(node).or_invalid(node)?;
+    let consts: Option<Vec<Vec<f64>>> = (0..5)
+        .map(|i| ctx.const_input(node, i).and_then(|t| t.to_f64_vec()))
+        .collect();
+    if let Some(c) = consts
+        && c.iter().all(|v| v.len() == 1)
+    {
+        let t = mel_weight_matrix(
+            c[0][0] as i64,
+            c[1][0] as i64,
+            c[2][0] as i64,
+            c[3][0] as f32,
+            c[4][0] as f32,
+            dtype,
+        )
+        .or_invalid(node)?;
+        ctx.fold(node, 0, t);
+        return Ok(());
+    }
+    let mut inputs = Vec::with_capacity(5);
+    for i in 0..5 {
+        inputs.push(ctx.input(node, i)?);
+    }
+    let out = ctx.temp(dtype);
+    ctx.push(Step::HostKernel {
+        kernel: HostKernel::MelWeightMatrix { dtype },
+        inputs,
+        outs: vec![out],
+    });
+    ctx.finish(node, 0, out, dtype)
 }
 
 /// The fixed last dim of input `i` (1 real, 2 complex), when known.

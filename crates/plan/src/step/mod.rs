@@ -25,6 +25,7 @@ mod dft;
 mod elementwise;
 mod gather_scatter;
 mod host_compute;
+mod host_kernel;
 mod operands;
 mod recurrent;
 mod resize;
@@ -46,11 +47,14 @@ pub use gather_scatter::{
     DimRule, ScatterOp, dims_target, gather_slice_sizes, iota_i32, nonzero_coords,
 };
 pub use host_compute::{HostValue, UniqueResult, WindowKind, cosine_window, unique};
+pub use host_kernel::{
+    HostKernel, HostTensor, HostValues, MEL_TYPES, TfIdfMode, TfIdfSpec, mel_weight_matrix,
+};
 pub use recurrent::{Activation, RecurrentKind, RecurrentSpec};
 pub use resize_interp::{
     AspectPolicy, InterpArgs, InterpAxis, InterpCoordinates, InterpMode, InterpSpec,
     antialias_taps, cubic_coeffs, interpolated_axes, interpolated_axes_for, resize_output,
-    resize_target, source_coordinate,
+    resize_target, resized_length, source_coordinate,
 };
 pub use roi_align::{RoiAlignSpec, RoiSamples};
 

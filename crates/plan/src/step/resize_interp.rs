@@ -113,6 +113,27 @@ pub struct InterpArgs {
     pub extrapolation: Option<f32>,
 }
 
+/// The `length_resized` that the `align_corners` formula of linear and cubic resize divides by:
+/// with an output size that came from `scales`, the fractional `length_original * scale`, as
+/// the ONNX reference implementation computes it (intended, onnx/onnx#2462: a downsample by 0.6
+/// of 4 samples maps output 1 to `3 / 1.4`); else the integer output length. ORT's CPU EP always
+/// takes the integer length, so it fails the ONNX backend tests
+/// `test_resize_downsample_scales_{linear,cubic}_align_corners`. Other transforms, antialiased
+/// and nearest resize (no backend case; kept as ORT computes them) take the integer length.
+pub fn resized_length(
+    coordinates: Option<CoordinateTransform>,
+    by_scales: bool,
+    in_len: i64,
+    out_len: i64,
+    scale: f32,
+) -> f32 {
+    if by_scales && coordinates == Some(CoordinateTransform::AlignCorners) {
+        in_len as f32 * scale
+    } else {
+        out_len as f32
+    }
+}
+
 /// The source coordinate of output position `o` under ORT's float32 formulas.
 #[allow(clippy::too_many_arguments)]
 pub fn source_coordinate(
@@ -358,6 +379,10 @@ impl InterpSpec {
                 (None, Some(full), Some(*extrapolation))
             }
         };
+        let by_scales = match &self.sizes {
+            None => true,
+            Some(s) => s.get(host)?.is_empty(),
+        };
         let separable = matches!(self.mode, InterpMode::Cubic { .. });
         if out_shape == input_shape {
             return Ok(InterpArgs {
@@ -414,12 +439,13 @@ impl InterpSpec {
                 Some(r) => (r[ax], r[rank + ax]),
                 None => (0.0, 1.0),
             };
+            let len = resized_length(transform, by_scales, n, m, scale);
             let coords: Vec<f32> = (0..m)
                 .map(|o| {
                     if scale == 1.0 {
                         o as f32
                     } else {
-                        source_coordinate(transform, o as f32, scale, m as f32, n as f32, rs, re)
+                        source_coordinate(transform, o as f32, scale, len, n as f32, rs, re)
                     }
                 })
                 .collect();

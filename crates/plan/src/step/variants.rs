@@ -643,6 +643,17 @@ define_steps! {
             /// The four outputs.
             write outs: Vec<Slot>,
         } shapeless: false,
+        /// A kernel computed on the host: reads each of `inputs` back (`HostReader::ints` or
+        /// `floats`, as [`HostKernel::reads_ints`] says) with its shape, computes
+        /// [`HostKernel::run`] and makes arrays of the results for `outs`.
+        HostKernel {
+            /// The kernel and its attributes.
+            attr kernel: HostKernel,
+            /// Inputs, read on the host.
+            read_host inputs: Vec<Slot>,
+            /// Outputs, in the kernel's order.
+            write outs: Vec<Slot>,
+        } shapeless: false,
         /// ONNX `RoiAlign` over float32 X `[N, C, H, W]`: host reads of `rois` and `batch_indices`,
         /// [`RoiAlignSpec::samples`] gives gather rows and weights; on the device X becomes
         /// `[N*H*W, C]` (`mlx_transpose_axes`, `mlx_reshape`), `mlx_take_axis` of the rows,
