@@ -239,9 +239,10 @@ fn lower_gqa(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
             // [B, S, rd/2] -> [B, 1, S, rd/2] against [B, H, S, D].
             *c = unsqueeze(ctx, g, 1, dt);
         }
+        let width = (rd <= head).then_some(rd);
         let rd = (rd < head).then_some(rd);
-        qh = super::rotary::rotate(ctx, qh, caches[0], caches[1], rd, a.interleaved, dt);
-        kh = super::rotary::rotate(ctx, kh, caches[0], caches[1], rd, a.interleaved, dt);
+        qh = super::rotary::rotate(ctx, qh, caches[0], caches[1], rd, width, a.interleaved, dt);
+        kh = super::rotary::rotate(ctx, kh, caches[0], caches[1], rd, width, a.interleaved, dt);
     }
     let present_k = ctx.temp(dt);
     ctx.push(Step::KvCache {

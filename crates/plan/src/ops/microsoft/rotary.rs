@@ -3,7 +3,7 @@
 //! rotation shared with GroupQueryAttention's `do_rotary`: `x1 * cos - x2 * sin`, `x2 * cos + x1 * sin` over the first `2 * cos.shape[1]`
 //! features, halves (or interleaved pairs) of the rotated part, the rest passed through.
 
-use onnx_ir::{DataType, Node};
+use onnx_ir::{DataType, Node, TensorData};
 
 use super::*;
 use crate::decline;
@@ -58,14 +58,16 @@ fn claim_rotary(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
     Ok(())
 }
 
-/// Rotates `x` (`[..., D]`) by `cos`/`sin` (broadcastable to `[..., rd/2]`) over its first `rd`
-/// features (`rd == None`: all of them).
+/// Rotates `x` (rank 4, `[..., D]`) by `cos`/`sin` (broadcastable to `[..., rd/2]`) over its
+/// first `rd` features (`rd == None`: all of them). `width`, when given, is the number of
+/// features rotated for sure (`rd`, or `D`).
 pub(crate) fn rotate(
     ctx: &mut LowerCtx,
     x: Slot,
     cos: Slot,
     sin: Slot,
     rd: Option<i64>,
+    width: Option<i64>,
     interleaved: bool,
     dt: DataType,
 ) -> Slot {
@@ -96,15 +98,35 @@ pub(crate) fn rotate(
         let cos2 = concat(ctx, vec![cos, cos], -1, dt);
         let neg = ctx.unary(crate::step::UnaryOp::Negative, sin, dt);
         let sin2 = concat(ctx, vec![neg, sin], -1, dt);
-        let a = ctx.temp(dt);
-        let b = ctx.temp(dt);
-        ctx.push(Step::Split {
-            x: x_rot,
-            axis: -1,
-            sizes: None,
-            outs: vec![a, b],
-        });
-        let swapped = concat(ctx, vec![b, a], -1, dt);
+        let swapped = match width {
+            // [x2, x1] as one gather of the last axis by a constant permutation: the same
+            // values, and in a shapeless compiled closure one kernel instead of a Split's
+            // dynamic slices (offset kernels and copies) and a Concat.
+            Some(w) if w > 0 && w % 2 == 0 => {
+                let h = w / 2;
+                let order: Vec<i64> = (h..w).chain(0..h).collect();
+                let indices = ctx.constant(TensorData::from_i64(vec![w], &order));
+                let out = ctx.temp(dt);
+                ctx.push(Step::Take {
+                    x: x_rot,
+                    indices,
+                    axis: 3,
+                    out,
+                });
+                out
+            }
+            _ => {
+                let a = ctx.temp(dt);
+                let b = ctx.temp(dt);
+                ctx.push(Step::Split {
+                    x: x_rot,
+                    axis: -1,
+                    sizes: None,
+                    outs: vec![a, b],
+                });
+                concat(ctx, vec![b, a], -1, dt)
+            }
+        };
         let xc = ctx.binary(B::Multiply, x_rot, cos2, dt);
         let xs = ctx.binary(B::Multiply, swapped, sin2, dt);
         ctx.binary(B::Add, xc, xs, dt)
@@ -202,12 +224,24 @@ fn apply(
             *c
         };
     }
+    // the rotated width, when the input's head size is known (4-D input)
+    let head = (rank == 4)
+        .then(|| super::lower_last_dim(ctx, node, 0))
+        .flatten();
+    let width = match (rd, head) {
+        (0, Some(d)) => super::lower_last_dim(ctx, node, 2)
+            .map(|c| 2 * c)
+            .filter(|&w| w == d),
+        (rd, Some(d)) if rd <= d => Some(rd),
+        _ => None,
+    };
     let y4 = rotate(
         ctx,
         x4,
         caches[0],
         caches[1],
         (rd > 0).then_some(rd),
+        width,
         interleaved,
         dt,
     );
