@@ -136,7 +136,7 @@ pub fn run_host_kernel(
 }
 
 /// Input `i`, which the kernel requires.
-pub fn input<'a>(inputs: &'a [Option<TensorData>], i: usize) -> Result<&'a TensorData, String> {
+pub fn input(inputs: &[Option<TensorData>], i: usize) -> Result<&TensorData, String> {
     inputs
         .get(i)
         .and_then(Option::as_ref)

@@ -266,7 +266,8 @@ fn max_roi_pool_attrs(node: &Node) -> Result<(i64, i64, f32), String> {
         ));
     }
     let scale = attr_float(node, "spatial_scale")?.unwrap_or(1.0);
-    if !(scale > 0.0) {
+    // NaN is not positive either.
+    if scale.is_nan() || scale <= 0.0 {
         return Err(format!(
             "MaxRoiPool: spatial_scale {scale} must be positive"
         ));
