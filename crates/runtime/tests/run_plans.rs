@@ -239,7 +239,7 @@ fn identical_initializers_are_shared_between_executables() {
     let a = executable(&g);
     let b = executable(&g);
     let after = pool.stats();
-    if initializer_pool::sharing_enabled_by_env() {
+    if initializer_pool::sharing_enabled() {
         assert!(
             after.hits > before.hits,
             "second executable reused the first one's constant"
@@ -541,7 +541,8 @@ fn a_generation_carries_its_cache_and_resets_on_a_new_prompt_or_key() {
     let s = exe.decode_stats().expect("a decoder with a KV cache");
     assert_eq!(s.generations, 1, "{s:?}");
     assert_eq!(s.steps, 4, "{s:?}");
-    let reuse = std::env::var_os("ORTMLX_DISABLE_DECODE_REUSE").is_none();
+    // ORTMLX_DISABLE_DECODE_REUSE reaches the runtime through its installed config.
+    let reuse = !runtime::config().disable_decode_reuse;
     if reuse {
         assert_eq!(
             s.carried_inputs, 3,
