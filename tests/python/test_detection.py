@@ -146,3 +146,75 @@ def test_nms_after_mlx_ops_in_one_fused_node(center):
     }
     model = graph_model(nodes, {"B": boxes, "L": logits}, ["Y"], consts=consts)
     check_against_cpu(model, {"B": boxes, "L": logits}, all_on_mlx=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# MaxRoiPool (opset 1): one host kernel in the detection family.
+
+
+def max_roi_pool_reference(x: np.ndarray, rois: np.ndarray, pooled: tuple[int, int], scale: float) -> np.ndarray:
+    """ORT's CPU kernel in numpy: roi corners rounded (half away from zero) after scaling in
+    float32, malformed rois forced to 1x1, empty bins 0, and each other bin's maximum."""
+    _, c, h, w = x.shape
+    ph_n, pw_n = pooled
+    out = np.zeros((rois.shape[0], c, ph_n, pw_n), np.float32)
+    s = np.float32(scale)
+
+    def rnd(v):
+        v = np.float32(v) * s
+        return int(np.sign(v) * np.floor(np.abs(v) + np.float32(0.5)))
+
+    for r, roi in enumerate(rois):
+        b = int(roi[0])
+        sw, sh, ew, eh = (rnd(v) for v in roi[1:])
+        rh, rw = max(eh - sh + 1, 1), max(ew - sw + 1, 1)
+        bh, bw = np.float32(rh) / np.float32(ph_n), np.float32(rw) / np.float32(pw_n)
+        for ph in range(ph_n):
+            for pw in range(pw_n):
+                hs = min(max(int(np.floor(np.float32(ph) * bh)) + sh, 0), h)
+                he = min(max(int(np.ceil(np.float32(ph + 1) * bh)) + sh, 0), h)
+                ws = min(max(int(np.floor(np.float32(pw) * bw)) + sw, 0), w)
+                we = min(max(int(np.ceil(np.float32(pw + 1) * bw)) + sw, 0), w)
+                if he <= hs or we <= ws:
+                    continue
+                region = x[b, :, hs:he, ws:we].reshape(c, -1)
+                out[r, :, ph, pw] = region.max(axis=1)
+    return out
+
+
+def random_rois(n: int, batches: int, extent: float, seed: int) -> np.ndarray:
+    """Rois ``[batch, x1, y1, x2, y2]``: on a half-integer grid (ties in the rounding), some
+    reversed (malformed) or outside the image."""
+    g = rng(seed)
+    b = g.integers(0, batches, size=(n, 1))
+    corners = g.integers(-4, int(2 * extent) + 4, size=(n, 4)) / 2.0
+    return np.concatenate([b, corners], axis=1).astype(np.float32)
+
+
+@pytest.mark.parametrize(
+    "pooled,scale",
+    [((2, 2), 1.0), ((3, 2), 0.5), ((1, 1), 0.25), ((4, 5), 2.0)],
+    ids=["2x2", "3x2-half", "1x1-quarter", "4x5-double"],
+)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_max_roi_pool_matches_numpy_and_cpu(pooled, scale, seed):
+    g = rng(seed)
+    # Mostly negative values, zeros and ties.
+    x = (g.integers(-8, 3, size=(2, 3, 7, 9)) / 2.0).astype(np.float32)
+    rois = random_rois(6, 2, 9 / scale, seed + 10)
+    model = node_model("MaxRoiPool", {"X": x, "R": rois}, attrs={"pooled_shape": list(pooled), "spatial_scale": scale}, opset=1)
+    out = check_against_cpu(model, {"X": x, "R": rois}, rtol=0, atol=0)
+    np.testing.assert_array_equal(out[0], max_roi_pool_reference(x, rois, pooled, scale))
+
+
+def test_max_roi_pool_default_scale_after_mlx_ops():
+    """spatial_scale defaults to 1; the feature map comes from an MLX op in the same fused node."""
+    x = rng(3).standard_normal((1, 4, 6, 6)).astype(np.float32)
+    rois = np.array([[0, 0, 0, 5, 5], [0, 1, 2, 3, 3], [0, 4, 4, 1, 1]], np.float32)
+    nodes = [
+        helper.make_node("Relu", ["X"], ["F"]),
+        helper.make_node("MaxRoiPool", ["F", "R"], ["Y"], pooled_shape=[2, 3]),
+    ]
+    model = graph_model(nodes, {"X": x, "R": rois}, ["Y"], opset=13)
+    out = check_against_cpu(model, {"X": x, "R": rois}, all_on_mlx=True, rtol=0, atol=0)
+    np.testing.assert_array_equal(out[0], max_roi_pool_reference(np.maximum(x, 0), rois, (2, 3), 1.0))

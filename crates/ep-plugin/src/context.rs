@@ -351,6 +351,11 @@ fn validate(plan: &plan::Plan) -> Result<(), String> {
         check(*s, "host")?;
     }
     for (k, step) in plan.steps.iter().enumerate() {
+        if let plan::Step::HostKernel { kernel, .. } = step
+            && plan::host_kernel(kernel).is_none()
+        {
+            return Err(format!("step {k} names no known host kernel ({kernel:?})"));
+        }
         for s in step
             .inputs()
             .into_iter()
@@ -497,6 +502,62 @@ mod tests {
         let (header, back) = decode(blob.as_bytes(), &g, "n").unwrap();
         assert_eq!(header.source, source_hash(&g));
         assert_eq!(back, plan);
+    }
+
+    /// NonMaxSuppression and RoiAlign: plans of host kernel steps round-trip by kernel name,
+    /// and a name this build doesn't know is refused.
+    #[test]
+    fn host_kernel_steps_round_trip_by_name() {
+        let mut g = Graph::default();
+        g.opset_imports.insert(String::new(), 16);
+        let f = |n: &str, d: &[i64]| {
+            ValueInfo::new(
+                n,
+                DataType::Float,
+                d.iter().map(|&v| Dim::Fixed(v)).collect(),
+            )
+        };
+        g.inputs.push(f("boxes", &[1, 4, 4]));
+        g.inputs.push(f("scores", &[1, 1, 4]));
+        g.inputs.push(f("x", &[1, 2, 8, 8]));
+        g.inputs.push(f("rois", &[3, 4]));
+        g.inputs
+            .push(ValueInfo::new("bi", DataType::Int64, vec![Dim::Fixed(3)]));
+        g.outputs.push(ValueInfo::new(
+            "sel",
+            DataType::Int64,
+            vec![Dim::Symbolic("n".into()), Dim::Fixed(3)],
+        ));
+        g.outputs.push(f("y", &[3, 2, 2, 2]));
+        g.nodes
+            .push(Node::new("NonMaxSuppression", ["boxes", "scores"], ["sel"]));
+        let mut ra = Node::new("RoiAlign", ["x", "rois", "bi"], ["y"]);
+        ra.attributes
+            .insert("output_height".into(), onnx_ir::Attribute::Int(2));
+        ra.attributes
+            .insert("output_width".into(), onnx_ir::Attribute::Int(2));
+        g.nodes.push(ra);
+        let plan = plan_of(&g);
+        let kernels: Vec<&str> = plan
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                plan::Step::HostKernel { kernel, .. } => Some(kernel.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(kernels, ["non_max_suppression", "roi_align"]);
+        let blob = encode(&plan, "src").unwrap();
+        let (_, back) = decode(blob.as_bytes(), &g, "n").unwrap();
+        assert_eq!(back, plan);
+        let mut renamed = plan.clone();
+        for s in &mut renamed.steps {
+            if let plan::Step::HostKernel { kernel, .. } = s {
+                *kernel = "no_such_kernel".into();
+            }
+        }
+        let err = validate(&renamed).unwrap_err();
+        assert!(err.contains("no_such_kernel"), "{err}");
     }
 
     #[test]

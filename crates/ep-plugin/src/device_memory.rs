@@ -42,12 +42,7 @@ pub const DEVICE_MEMORY_VAR: &str = "ORTMLX_DEVICE_MEMORY";
 
 /// Whether the EP declares its device memory (see [`DEVICE_MEMORY_VAR`]).
 pub fn enabled() -> bool {
-    std::env::var(DEVICE_MEMORY_VAR).map_or(true, |v| {
-        !matches!(
-            v.to_ascii_lowercase().as_str(),
-            "0" | "off" | "false" | "no"
-        )
-    })
+    crate::config::Config::get().device_memory
 }
 
 /// Creates the EP's memory info (released by the caller with `ReleaseMemoryInfo`).

@@ -76,13 +76,13 @@ pub const ENV_VARS: &[EnvVar] = &[
     EnvVar {
         name: "ORTMLX_DISABLE_INITIALIZER_SHARING",
         scope: EnvScope::Library,
-        read_by: "ortmlx-initializer-pool",
+        read_by: "ortmlx-ep config (ortmlx-initializer-pool acts on it)",
         meaning: "`1`: don't share identical initializers across sessions",
     },
     EnvVar {
         name: "ORTMLX_DISABLE_COMPILE",
         scope: EnvScope::Library,
-        read_by: "ortmlx-runtime",
+        read_by: "ortmlx-ep config (ortmlx-runtime acts on it)",
         meaning: "`1`: never compile plans with `mlx_compile` (eager only). Compiling is on by \
                   default on the GPU and off on the CPU (MLX's CPU compile runs the system C++ \
                   compiler at first use); the `compile` EP option overrides the default",
@@ -90,25 +90,25 @@ pub const ENV_VARS: &[EnvVar] = &[
     EnvVar {
         name: "ORTMLX_DISABLE_COMPILE_DECODE",
         scope: EnvScope::Library,
-        read_by: "ortmlx-runtime",
+        read_by: "ortmlx-ep config (ortmlx-runtime acts on it)",
         meaning: "`1`: turn off the compiled decode slot (sequence length 1, shapeless)",
     },
     EnvVar {
         name: "ORTMLX_DISABLE_COMPILE_PREFILL",
         scope: EnvScope::Library,
-        read_by: "ortmlx-runtime",
+        read_by: "ortmlx-ep config (ortmlx-runtime acts on it)",
         meaning: "`1`: turn off the compiled prefill slot (sequence length > 1, keyed by shapes)",
     },
     EnvVar {
         name: "ORTMLX_DISABLE_COMPILE_GENERAL",
         scope: EnvScope::Library,
-        read_by: "ortmlx-runtime",
+        read_by: "ortmlx-ep config (ortmlx-runtime acts on it)",
         meaning: "`1`: turn off the compiled slot of other plans (keyed by input shapes)",
     },
     EnvVar {
         name: "ORTMLX_DISABLE_DECODE_REUSE",
         scope: EnvScope::Library,
-        read_by: "ortmlx-runtime",
+        read_by: "ortmlx-ep config (ortmlx-runtime acts on it)",
         meaning: "`1`: don't carry KV-cache outputs and unchanged inputs from one decode step \
                   to the next (see \"LLM decoding\")",
     },
@@ -124,7 +124,7 @@ pub const ENV_VARS: &[EnvVar] = &[
     EnvVar {
         name: "ORTMLX_CPU_QUANTIZED_MATMUL",
         scope: EnvScope::Library,
-        read_by: "ortmlx-runtime",
+        read_by: "ortmlx-ep config (ortmlx-runtime acts on it)",
         meaning: "`1`: keep MLX's quantized matmul for MatMulNBits on the CPU stream (by \
                   default its weights are dequantized to float32 once at load, since MLX's CPU \
                   quantized kernels are scalar code)",
@@ -132,7 +132,7 @@ pub const ENV_VARS: &[EnvVar] = &[
     EnvVar {
         name: "ORTMLX_MAX_TENSOR_BYTES",
         scope: EnvScope::Library,
-        read_by: "ortmlx-runtime",
+        read_by: "ortmlx-ep config (ortmlx-runtime acts on it)",
         meaning: "the largest tensor one plan step may produce, in bytes (default: physical \
                   memory); a larger one fails the run with an error naming the node instead of \
                   an allocation failure",
@@ -140,14 +140,14 @@ pub const ENV_VARS: &[EnvVar] = &[
     EnvVar {
         name: "ORTMLX_LANES",
         scope: EnvScope::Library,
-        read_by: "ortmlx-runtime",
+        read_by: "ortmlx-ep config (ortmlx-runtime acts on it)",
         meaning: "how many MLX stream lanes runs share (default: CPU cores, at most 8); each \
                   lane is one MLX CPU worker thread, and bounds how many runs execute at once",
     },
     EnvVar {
         name: "MLX_ENABLE_TF32",
         scope: EnvScope::Library,
-        read_by: "ortmlx-runtime (sets it)",
+        read_by: "ortmlx-ep config (ortmlx-runtime sets it)",
         meaning: "MLX's own: its CUDA backend runs float32 matmuls in TF32 unless this is `0`. \
                   The EP sets it to `0` when it loads unless you set it first (`1` allows \
                   TF32: faster, about 1e-3 relative error)",
@@ -155,7 +155,7 @@ pub const ENV_VARS: &[EnvVar] = &[
     EnvVar {
         name: "ORTMLX_LANE_WORKERS",
         scope: EnvScope::Library,
-        read_by: "ortmlx-runtime",
+        read_by: "ortmlx-ep config (ortmlx-runtime acts on it)",
         meaning: "`1`: CPU runs too go through the lanes' worker threads (GPU runs always do: \
                   each GPU lane's streams live on a thread of their own); for tests and \
                   measurements",
@@ -163,7 +163,7 @@ pub const ENV_VARS: &[EnvVar] = &[
     EnvVar {
         name: "ORTMLX_KERNEL_CACHE_DIR",
         scope: EnvScope::Library,
-        read_by: "ortmlx-runtime",
+        read_by: "ortmlx-ep config (ortmlx-runtime acts on it)",
         meaning: "folder for MLX's compiled CUDA kernels, or `off` (default \
                   `$XDG_CACHE_HOME/onnxruntime-mlx-ep/mlx-<version>/ptx`, else under \
                   `~/.cache`); the EP option `kernel_cache_dir` wins over it, MLX's own \
@@ -172,7 +172,7 @@ pub const ENV_VARS: &[EnvVar] = &[
     EnvVar {
         name: "MLX_PTX_CACHE_DIR",
         scope: EnvScope::Library,
-        read_by: "ortmlx-runtime (sets it)",
+        read_by: "ortmlx-ep config (ortmlx-runtime sets it)",
         meaning: "MLX's own kernel cache folder. When you set it, the EP leaves it alone; \
                   otherwise the EP sets it from `kernel_cache_dir` / `ORTMLX_KERNEL_CACHE_DIR` / \
                   the default (empty for `off`)",

@@ -44,6 +44,7 @@
 pub mod abi;
 pub mod api;
 mod compute;
+pub mod config;
 pub mod context;
 pub mod device_memory;
 /// Every environment variable of the project, with who reads it and what it does: the one
@@ -84,6 +85,8 @@ pub unsafe extern "C" fn CreateEpFactories(
     num_factories: *mut usize,
 ) -> StatusPtr {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // The environment is read here, once, before anything acts on it.
+        config::Config::get();
         logging::init();
         trace::init();
         if !num_factories.is_null() {

@@ -51,7 +51,7 @@ pub fn level_from(value: Option<&str>) -> LevelFilter {
 /// process already installed.
 pub fn init() {
     INIT.call_once(|| {
-        let level = level_from(std::env::var("ORTMLX_LOG").ok().as_deref());
+        let level = level_from(crate::config::Config::get().log.as_deref());
         if level != LevelFilter::Off && log::set_logger(&LOGGER).is_ok() {
             log::set_max_level(level);
         }
@@ -60,10 +60,7 @@ pub fn init() {
 
 /// True when `ORTMLX_LOG_CLAIMS=1` asks for per-node claim reports.
 pub fn claims_enabled() -> bool {
-    matches!(
-        std::env::var("ORTMLX_LOG_CLAIMS").ok().as_deref(),
-        Some("1") | Some("true") | Some("yes")
-    )
+    crate::config::Config::get().log_claims
 }
 
 /// Prints one claim report line to stderr (used when [`claims_enabled`]).
@@ -78,9 +75,7 @@ pub fn warning_line(line: &str) {
 
 /// The file named by `ORTMLX_CLAIMS_FILE`, if set.
 pub fn claims_file() -> Option<std::path::PathBuf> {
-    std::env::var_os("ORTMLX_CLAIMS_FILE")
-        .filter(|v| !v.is_empty())
-        .map(Into::into)
+    crate::config::Config::get().claims_file.clone()
 }
 
 /// One node's outcome in a `GetCapability` call, as [`record_claims`] writes it.

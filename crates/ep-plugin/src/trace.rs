@@ -117,7 +117,7 @@ pub fn trace_path(value: Option<&str>, pid: u32) -> Option<PathBuf> {
 pub fn init() {
     TRACER.get_or_init(|| {
         let pid = std::process::id();
-        let path = trace_path(std::env::var(TRACE_VAR).ok().as_deref(), pid)?;
+        let path = trace_path(crate::config::Config::get().trace.as_deref(), pid)?;
         log::info!("tracing to {} ({TRACE_VAR})", path.display());
         // SAFETY: registers a plain function; libc calls it once at exit or unload.
         if unsafe { atexit(flush_at_exit) } != 0 {

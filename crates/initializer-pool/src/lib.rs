@@ -301,14 +301,14 @@ impl<T> InitializerPool<T> {
 
 impl<T: Send + Sync + 'static> InitializerPool<T> {
     /// The process-wide pool for payload type `T`, created on first use. Sharing is enabled
-    /// unless [`DISABLE_SHARING_ENV`] disables it; the variable is read once per process.
+    /// unless [`configure_sharing`] turned sharing off.
     pub fn global() -> &'static Self {
         type Registry = Mutex<HashMap<TypeId, &'static (dyn Any + Send + Sync)>>;
         static POOLS: OnceLock<Registry> = OnceLock::new();
 
         let mut pools = POOLS.get_or_init(Default::default).lock();
         let pool = *pools.entry(TypeId::of::<T>()).or_insert_with(|| {
-            let pool: &'static Self = Box::leak(Box::new(Self::new(sharing_enabled_by_env())));
+            let pool: &'static Self = Box::leak(Box::new(Self::new(sharing_enabled())));
             pool
         });
         pool.downcast_ref::<Self>()
@@ -332,17 +332,22 @@ impl<T> fmt::Debug for InitializerPool<T> {
     }
 }
 
-/// Whether [`DISABLE_SHARING_ENV`] leaves sharing on. Read once per process and cached.
-pub fn sharing_enabled_by_env() -> bool {
-    static ENABLED: OnceLock<bool> = OnceLock::new();
-    *ENABLED.get_or_init(|| {
-        let value = std::env::var(DISABLE_SHARING_ENV).ok();
-        !disable_flag_set(value.as_deref())
-    })
+static SHARING: OnceLock<bool> = OnceLock::new();
+
+/// Sets whether the global pools share (the EP's config, from [`DISABLE_SHARING_ENV`]); the
+/// first call wins and must come before the first [`InitializerPool::global`]. Returns false
+/// when the choice was made already.
+pub fn configure_sharing(enabled: bool) -> bool {
+    SHARING.set(enabled).is_ok()
 }
 
-/// Parses the value of [`DISABLE_SHARING_ENV`].
-fn disable_flag_set(value: Option<&str>) -> bool {
+/// Whether the global pools share: as configured, else on.
+pub fn sharing_enabled() -> bool {
+    *SHARING.get_or_init(|| true)
+}
+
+/// Parses the value of [`DISABLE_SHARING_ENV`]: `1`, `true`, `yes` or `on` (trimmed, any case).
+pub fn disable_flag_set(value: Option<&str>) -> bool {
     value.is_some_and(|v| {
         let v = v.trim();
         v == "1"
@@ -543,9 +548,10 @@ mod tests {
             std::ptr::from_ref(bytes_pool).cast::<()>(),
             std::ptr::from_ref(other).cast::<()>()
         );
-        let expected = !disable_flag_set(std::env::var(DISABLE_SHARING_ENV).ok().as_deref());
-        assert_eq!(bytes_pool.is_enabled(), expected);
-        assert_eq!(sharing_enabled_by_env(), expected);
+        // Nothing configured it: sharing is on.
+        assert!(bytes_pool.is_enabled());
+        assert!(sharing_enabled());
+        assert!(!configure_sharing(false), "the choice is made once");
     }
 
     #[test]

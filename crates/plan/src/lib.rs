@@ -30,6 +30,7 @@ pub mod docs;
 mod fold;
 pub mod gqa;
 mod host;
+pub mod kernel;
 pub mod ops;
 mod partition;
 mod plan;
@@ -43,6 +44,7 @@ pub use consts::{f32_to_bf16_bits, f32_to_f16_bits, tensor_from_i64};
 pub use decode::{DecodeKey, HostValues};
 pub use gqa::{GqaLayout, gqa_layout};
 pub use host::{HostArg, HostNode, HostProgram, eval_host_node};
+pub use kernel::{KernelAttr, KernelAttrs, KernelFn, host_kernel, run_host_kernel};
 pub use partition::{Cluster, NodeDecline, Partition, cluster_graph, decline_summary, partition};
 pub use plan::{
     CompileBlocker, CompileClass, LowerCtx, NodeSpan, Plan, PlanError, PlanInput, SlotInfo,

@@ -458,6 +458,29 @@ impl<'g> LowerCtx<'g> {
         self.steps.push(step);
     }
 
+    /// Appends a [`Step::HostKernel`] running the registered kernel `kernel` (see
+    /// [`crate::kernel`]) and returns one fresh slot per entry of `outputs` (their dtypes).
+    pub fn host_kernel(
+        &mut self,
+        node: &Node,
+        kernel: &str,
+        inputs: Vec<crate::host::HostArg>,
+        attrs: crate::kernel::KernelAttrs,
+        outputs: &[DataType],
+    ) -> Result<Vec<Slot>, PlanError> {
+        if crate::kernel::host_kernel(kernel).is_none() {
+            invalid!(node, "no host kernel named {kernel:?} is registered");
+        }
+        let outs: Vec<Slot> = outputs.iter().map(|&dt| self.temp(dt)).collect();
+        self.push(Step::HostKernel {
+            kernel: kernel.to_string(),
+            inputs,
+            attrs,
+            outputs: outs.clone(),
+        });
+        Ok(outs)
+    }
+
     /// A constant slot holding `t` (materialised once).
     pub fn constant(&mut self, t: TensorData) -> Slot {
         let name = format!("{}#c{}", self.node_name, self.constants.len());

@@ -445,6 +445,8 @@ pub(crate) fn domain_name(domain: &str) -> &str {
 /// Every op the planner can lower, keyed by (domain, op type).
 pub struct Registry {
     entries: HashMap<(String, String), Vec<OpEntry>>,
+    /// Host kernels by name (see [`crate::kernel`]).
+    kernels: HashMap<&'static str, crate::kernel::KernelFn>,
 }
 
 impl Default for Registry {
@@ -468,7 +470,24 @@ impl Registry {
     pub fn empty() -> Self {
         Registry {
             entries: HashMap::new(),
+            kernels: HashMap::new(),
         }
+    }
+
+    /// Registers the host kernel `name` (one line next to the op family that uses it).
+    ///
+    /// A name registered twice keeps its first kernel (a unit test checks there is none).
+    pub fn kernel(&mut self, name: &'static str, run: crate::kernel::KernelFn) {
+        if self.kernels.contains_key(name) {
+            debug_assert!(false, "host kernel {name:?} registered twice");
+            return;
+        }
+        self.kernels.insert(name, run);
+    }
+
+    /// The registered host kernels by name.
+    pub fn kernels(&self) -> &HashMap<&'static str, crate::kernel::KernelFn> {
+        &self.kernels
     }
 
     /// Registers one entry.

@@ -6,7 +6,6 @@ mod common;
 use common::*;
 use onnx_ir::{Attribute, DataType};
 use plan::Step;
-use plan::step::HostKernel;
 
 fn tfidf(g: &mut G) -> &mut onnx_ir::Node {
     g.node("TfIdfVectorizer", &["x"], &["y"])
@@ -29,7 +28,7 @@ fn tfidf_is_a_host_kernel() {
     let p = plan_of(&g.build());
     let n = count(
         &p,
-        |s| matches!(s, Step::HostKernel { kernel: HostKernel::TfIdf(spec), .. } if spec.output_size == 3),
+        |s| matches!(s, Step::HostKernel { kernel, attrs, .. } if kernel == "tfidf_vectorizer" && attrs.get_ints("ngram_indexes") == Ok(&[0, 1, 2][..])),
     );
     assert_eq!(n, 1);
 }
@@ -72,10 +71,7 @@ fn mel_weight_matrix_runs_on_the_host_or_folds() {
     let n = count(&p, |s| {
         matches!(
             s,
-            Step::HostKernel {
-                kernel: HostKernel::MelWeightMatrix { .. },
-                ..
-            }
+            Step::HostKernel { kernel, .. } if kernel == "mel_weight_matrix"
         )
     });
     assert_eq!(n, 1);

@@ -6,7 +6,7 @@ mod common;
 use common::*;
 use onnx_ir::{DataType, TensorData};
 use plan::step::{ConvTransposePadding, InterpMode, ScatterOp};
-use plan::{CompileClass, ReshapeTarget, Step, UnaryOp};
+use plan::{CompileClass, HostArg, ReshapeTarget, Step, UnaryOp};
 
 #[test]
 fn conv_transpose_claims_and_regroups_the_weight() {
@@ -411,7 +411,7 @@ fn data_dependent_ops_run_eagerly() {
     g.output_any("y", DataType::Float);
     g.node("Compress", &["x", "c"], &["y"]).attr("axis", int(0));
     let p = plan_of(&g.build());
-    assert_eq!(count(&p, |s| matches!(s, Step::NonZero { .. })), 1);
+    assert_eq!(kernel_steps(&p, "nonzero").len(), 1);
     g.node("Compress", &["x", "c"], &["y2"])
         .attr("axis", int(2));
     declined(&g, 1, "out of range");
@@ -465,20 +465,16 @@ fn windows_fold_or_run_on_the_host() {
     g.node("HannWindow", &["n"], &["w"]);
     g.node("Mul", &["x", "w"], &["y"]);
     let p = plan_of(&g.build());
-    assert_eq!(count(&p, |s| matches!(s, Step::Window { .. })), 0);
+    assert!(kernel_steps(&p, "cosine_window").is_empty());
     let mut g = G::new(17);
     g.input("n", DataType::Int32, &[]);
     g.output_any("w", DataType::Float);
     g.node("BlackmanWindow", &["n"], &["w"])
         .attr("periodic", int(0));
     let p = plan_of(&g.build());
-    assert!(p.steps.iter().any(|s| matches!(
-        s,
-        Step::Window {
-            periodic: false,
-            ..
-        }
-    )));
+    let a = kernel_attrs(&p, "cosine_window");
+    assert!(!a.get_bool("periodic").unwrap());
+    assert_eq!(a.get_int("kind").unwrap(), 2);
     // The length is an integer scalar input: known on the host before the run, so the plan
     // compiles per length.
     assert_eq!(p.compile_class(), CompileClass::ShapeKeyed);
@@ -503,10 +499,13 @@ fn det_unique_lrn_grid_sample_claims() {
     g.output_any("i", DataType::Int64);
     g.node("Unique", &["x"], &["y", "i"]).attr("axis", int(1));
     let p = plan_of(&g.build());
-    assert!(p.steps.iter().any(|s| matches!(
-        s,
-        Step::Unique { axis: Some(1), sorted: true, outs, .. } if outs.len() == 4
-    )));
+    let a = kernel_attrs(&p, "unique");
+    assert_eq!(a.get_int("axis").unwrap(), 1);
+    assert!(a.get_bool("sorted").unwrap());
+    assert!(matches!(
+        kernel_steps(&p, "unique")[0],
+        Step::HostKernel { outputs, .. } if outputs.len() == 4
+    ));
     g.node("Unique", &["x"], &["y2"]).attr("axis", int(2));
     declined(&g, 1, "out of range");
     let mut g = G::new(13);
@@ -596,21 +595,25 @@ fn non_max_suppression_is_one_eager_host_step() {
         .attr("center_point_box", int(1));
     let p = plan_of(&g.build());
     assert_eq!(p.compile_class(), CompileClass::Eager);
-    let step = p
-        .steps
-        .iter()
-        .find(|s| matches!(s, Step::NonMaxSuppression { .. }))
-        .expect("a NonMaxSuppression step");
+    let step = kernel_steps(&p, "non_max_suppression")[0];
     assert!(matches!(
         step,
-        Step::NonMaxSuppression {
-            max_output: Some(_),
-            iou_threshold: None,
-            score_threshold: Some(_),
-            center_point_box: true,
-            ..
-        }
+        Step::HostKernel { inputs, .. } if matches!(
+            inputs.as_slice(),
+            [
+                HostArg::Value(_),
+                HostArg::Value(_),
+                HostArg::Value(_),
+                HostArg::Absent,
+                HostArg::Value(_)
+            ]
+        )
     ));
+    assert!(
+        kernel_attrs(&p, "non_max_suppression")
+            .get_bool("center_point_box")
+            .unwrap()
+    );
     assert_eq!(step.host_reads().len(), 4);
     let inputs = step.inputs();
     assert!(step.host_reads().iter().all(|r| inputs.contains(r)));

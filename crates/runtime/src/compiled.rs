@@ -30,18 +30,15 @@ pub enum CompileSlot {
 }
 
 impl CompileSlot {
-    fn env_switch(self) -> &'static str {
+    /// Whether the config turns this slot off (`ORTMLX_DISABLE_COMPILE_{DECODE,PREFILL,GENERAL}`).
+    fn disabled(self) -> bool {
+        let c = crate::config();
         match self {
-            CompileSlot::Decode => "ORTMLX_DISABLE_COMPILE_DECODE",
-            CompileSlot::Prefill => "ORTMLX_DISABLE_COMPILE_PREFILL",
-            CompileSlot::General => "ORTMLX_DISABLE_COMPILE_GENERAL",
+            CompileSlot::Decode => c.disable_compile_decode,
+            CompileSlot::Prefill => c.disable_compile_prefill,
+            CompileSlot::General => c.disable_compile_general,
         }
     }
-}
-
-fn env_flag(name: &str) -> bool {
-    std::env::var(name)
-        .is_ok_and(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on"))
 }
 
 /// Counters of a compiled cache, for tests and diagnostics.
@@ -160,7 +157,7 @@ impl CompiledCache {
             });
         let class = program.plan.compile_class();
         CompiledCache {
-            enabled: enabled && !env_flag("ORTMLX_DISABLE_COMPILE"),
+            enabled: enabled && !crate::config().disable_compile,
             class,
             decode_compilable: class != CompileClass::Eager && program.plan.decode_compilable(),
             seq_input,
@@ -222,7 +219,7 @@ impl CompiledCache {
             Some(_) => keyed(CompileSlot::Prefill),
             None => keyed(CompileSlot::General),
         };
-        (!env_flag(choice.kind().env_switch())).then_some(choice)
+        (!choice.kind().disabled()).then_some(choice)
     }
 
     /// True when the decode closure for `key` is compiled, or may be: for a key with layout

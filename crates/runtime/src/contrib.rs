@@ -324,7 +324,7 @@ fn softcapped(
 /// once (MLX's CPU quantized matmul is scalar code; BLAS is far faster at the cost of float
 /// weights in memory). `ORTMLX_CPU_QUANTIZED_MATMUL=1` keeps MLX's quantized matmul.
 pub(crate) fn prepare_plan(mut plan: plan::Plan, on_gpu: bool) -> plan::Plan {
-    let keep = std::env::var("ORTMLX_CPU_QUANTIZED_MATMUL").is_ok_and(|v| v == "1");
+    let keep = crate::config().cpu_quantized_matmul;
     if !on_gpu && !keep {
         let n = plan::quantized::dequantize_quantized_matmuls(&mut plan);
         if n > 0 {

@@ -151,8 +151,7 @@ impl DecodeState {
         if pairs.is_empty() {
             return None;
         }
-        let disabled = std::env::var("ORTMLX_DISABLE_DECODE_REUSE")
-            .is_ok_and(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on"));
+        let disabled = crate::config().disable_decode_reuse;
         let mut is_cache_input = vec![false; num_inputs];
         for &(i, _) in &pairs {
             if let Some(c) = is_cache_input.get_mut(i) {

@@ -36,11 +36,7 @@ pub const MAX_TENSOR_BYTES_VAR: &str = "ORTMLX_MAX_TENSOR_BYTES";
 pub fn max_tensor_bytes() -> u64 {
     static LIMIT: OnceLock<u64> = OnceLock::new();
     *LIMIT.get_or_init(|| {
-        if let Some(v) = std::env::var(MAX_TENSOR_BYTES_VAR)
-            .ok()
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .filter(|&v| v > 0)
-        {
+        if let Some(v) = crate::config().max_tensor_bytes.filter(|&v| v > 0) {
             return v;
         }
         physical_memory().unwrap_or(64 << 30)

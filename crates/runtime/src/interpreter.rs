@@ -10,7 +10,6 @@ use crate::dtype::to_mlx;
 mod col2im;
 mod extra;
 mod recurrent;
-mod roi_align;
 
 /// The arrays bound to a plan's slots during one run.
 pub(crate) struct Slots {
@@ -235,6 +234,34 @@ fn host_arg(
             Some(t)
         }
     })
+}
+
+/// The host buffer of a `HostKernel` input: a slot's host copy or its array's values read
+/// back (in its own dtype), its shape, a constant, or nothing.
+fn host_tensor(
+    arg: &plan::HostArg,
+    slots: &Slots,
+) -> Result<Option<onnx_ir::TensorData>, RuntimeError> {
+    let plan::HostArg::Value(slot) = arg else {
+        return host_arg(arg, slots);
+    };
+    if let Some(t) = slots.host_values.get(slot) {
+        return Ok(Some(t.clone()));
+    }
+    let a = slots.get(*slot)?;
+    let dtype = crate::dtype::to_onnx(a.dtype())
+        .ok_or_else(|| err("a host kernel input of a complex array"))?;
+    // Host reads run on the CPU stream whatever the plan's device.
+    let c = a.to_contiguous(&Stream::default_cpu()).map_err(err)?;
+    crate::stats::note_host_read();
+    log::trace!(
+        "host read of slot {slot:?} ({:?}, {:?})",
+        a.dtype(),
+        a.shape()
+    );
+    let t = onnx_ir::TensorData::new(dtype, shape_i64(&c), c.as_bytes().map_err(err)?.to_vec())
+        .map_err(err)?;
+    Ok(Some(t))
 }
 
 /// An array of a host-computed tensor.
@@ -755,28 +782,28 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
             slots.flags.require(&all, s).map_err(err)?;
             all
         }
-        NonZero { x, .. } => {
-            let shape = shape_i64(slots.get(*x)?);
-            let values = Host { slots }.floats(*x).map_err(err)?;
-            let nonzero: Vec<bool> = values.iter().map(|v| *v != 0.0).collect();
-            let (dims, data) = plan::step::nonzero_coords(&shape, &nonzero).map_err(err)?;
-            Array::from_slice(&data, &to_i32s(&dims, "NonZero shape")?).map_err(err)?
-        }
-        NonMaxSuppression { .. } => extra::non_max_suppression(step, &mut Host { slots })?,
-        RoiAlign { .. } => roi_align::roi_align(step, &mut Host { slots }, s)?,
-        Window {
-            kind,
-            size,
-            periodic,
-            dtype,
-            ..
+        HostKernel {
+            kernel,
+            inputs,
+            attrs,
+            outputs,
         } => {
-            let n = size.get(&mut Host { slots }).map_err(err)?;
-            let n = *n
-                .first()
-                .ok_or_else(|| RuntimeError("window size is empty".into()))?;
-            let t = plan::step::cosine_window(*kind, n, *periodic, *dtype).map_err(err)?;
-            host_array(&t)?
+            let values = inputs
+                .iter()
+                .map(|a| host_tensor(a, slots))
+                .collect::<Result<Vec<_>, _>>()?;
+            let results = plan::run_host_kernel(kernel, &values, attrs).map_err(err)?;
+            if results.len() != outputs.len() {
+                return Err(RuntimeError(format!(
+                    "host kernel {kernel:?} made {} outputs, the step has {}",
+                    results.len(),
+                    outputs.len()
+                )));
+            }
+            for (slot, t) in outputs.iter().zip(&results) {
+                slots.set(*slot, host_array(t)?);
+            }
+            return Ok(());
         }
         Dft { x, spec, .. } => {
             let shape = shape_i64(slots.get(*x)?);
@@ -817,59 +844,6 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
         Det { x, .. } => {
             // MLX's linear algebra runs on the CPU stream only.
             ops::linalg_det(slots.get(*x)?, &Stream::default_cpu()).map_err(err)?
-        }
-        Unique {
-            x,
-            dtype,
-            axis,
-            sorted,
-            outs,
-        } => {
-            let shape = shape_i64(slots.get(*x)?);
-            let mut host = Host { slots };
-            let values: Vec<plan::step::HostValue> = if dtype.is_float() {
-                let v = host.floats(*x).map_err(err)?;
-                v.into_iter().map(plan::step::HostValue::Float).collect()
-            } else {
-                let v = host.ints(*x).map_err(err)?;
-                v.into_iter().map(plan::step::HostValue::Int).collect()
-            };
-            let r = plan::step::unique(*dtype, &shape, &values, *axis, *sorted).map_err(err)?;
-            let results = [&r.y, &r.indices, &r.inverse, &r.counts];
-            for (slot, t) in outs.iter().zip(results) {
-                slots.set(*slot, host_array(t)?);
-            }
-            return Ok(());
-        }
-        HostKernel {
-            kernel,
-            inputs,
-            outs,
-        } => {
-            let mut host = Host { slots };
-            let mut tensors = Vec::with_capacity(inputs.len());
-            for (i, x) in inputs.iter().enumerate() {
-                let shape = shape_i64(host.slots.get(*x)?);
-                let values = if kernel.reads_ints(i) {
-                    plan::step::HostValues::Ints(host.ints(*x).map_err(err)?)
-                } else {
-                    plan::step::HostValues::Floats(host.floats(*x).map_err(err)?)
-                };
-                tensors.push(plan::step::HostTensor { shape, values });
-            }
-            let results = kernel.run(&tensors).map_err(err)?;
-            if results.len() != outs.len() {
-                return Err(RuntimeError(format!(
-                    "host kernel {} made {} results for {} outputs",
-                    kernel.name(),
-                    results.len(),
-                    outs.len()
-                )));
-            }
-            for (slot, t) in outs.iter().zip(&results) {
-                slots.set(*slot, host_array(t)?);
-            }
-            return Ok(());
         }
         QuantizedMatmul {
             x,

@@ -61,12 +61,10 @@ fn parse(value: &str) -> KernelCache {
     }
 }
 
-/// The default folder: under `XDG_CACHE_HOME`, else `HOME/.cache`; `None` without either.
-fn default_folder(version: &str) -> Option<PathBuf> {
-    let non_empty = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
-    let base = non_empty("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| non_empty("HOME").map(|home| PathBuf::from(home).join(".cache")))?;
+/// The default folder: under the user's cache folder (`XDG_CACHE_HOME`, else `HOME/.cache`,
+/// as the config gives it); `None` without one.
+fn default_folder(cache_home: Option<PathBuf>, version: &str) -> Option<PathBuf> {
+    let base = cache_home?;
     Some(
         base.join("onnxruntime-mlx-ep")
             .join(format!("mlx-{version}"))
@@ -109,13 +107,14 @@ pub fn configure(option: Option<&str>) -> &'static KernelCache {
     let mut fresh = false;
     let chosen = CHOSEN.get_or_init(|| {
         fresh = true;
-        let mlx_variable = std::env::var(MLX_VARIABLE).ok();
-        let variable = std::env::var(VARIABLE).ok();
+        let config = crate::config();
+        let mlx_variable = config.mlx_ptx_cache_dir.clone();
+        let variable = config.kernel_cache_dir.clone();
         let (cache, source) = choose(
             mlx_variable.as_deref(),
             option,
             variable.as_deref(),
-            default_folder(&mlx::version()),
+            default_folder(config.cache_home.clone(), &mlx::version()),
         );
         if source != Source::MlxVariable {
             // MLX reads the variable at its first kernel compile; an empty value makes it
@@ -189,10 +188,11 @@ mod tests {
 
     #[test]
     fn the_default_lives_under_the_users_cache_folder() {
-        let folder = default_folder("0.32.2").unwrap();
+        let folder = default_folder(Some(PathBuf::from("cache-home")), "0.32.2").unwrap();
         assert!(
             folder.ends_with("onnxruntime-mlx-ep/mlx-0.32.2/ptx"),
             "{folder:?}"
         );
+        assert_eq!(default_folder(None, "0.32.2"), None);
     }
 }

@@ -192,14 +192,13 @@ impl Lane {
 /// `ORTMLX_LANE_WORKERS=1`: worker threads for the lanes without a GPU too.
 fn workers_without_gpu() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("ORTMLX_LANE_WORKERS").is_ok_and(|v| v.trim() == "1"))
+    *ON.get_or_init(|| crate::config().lane_workers)
 }
 
 /// The number of lanes: the machine's parallelism, at most 8 (`ORTMLX_LANES` overrides).
 fn lane_count() -> usize {
-    std::env::var("ORTMLX_LANES")
-        .ok()
-        .and_then(|v| v.trim().parse::<usize>().ok())
+    crate::config()
+        .lanes
         .filter(|&n| n > 0)
         .unwrap_or_else(|| {
             std::thread::available_parallelism()

@@ -6,6 +6,7 @@
 //! evaluates the outputs together and hands back their bytes.
 
 mod compiled;
+mod config;
 mod contrib;
 mod decode;
 pub mod device_memory;
@@ -31,6 +32,7 @@ use plan::{Plan, Slot};
 use run_gate::RunGate;
 
 pub use compiled::{CacheStats, CompileSlot, GENERAL_CAPACITY, PREFILL_CAPACITY};
+pub use config::{RuntimeConfig, config, install_config};
 pub use decode::{DecodeStats, GENERATION_KEY, RunContext};
 pub use dtype::{to_mlx, to_onnx};
 pub use guard::{MAX_TENSOR_BYTES_VAR, max_tensor_bytes};
@@ -810,7 +812,7 @@ pub fn init() -> Result<(), RuntimeError> {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         mlx::install_error_handler();
-        if std::env::var_os("MLX_ENABLE_TF32").is_none() {
+        if !config().mlx_enable_tf32_set {
             // SAFETY: runs once, when the EP library is set up (ORT's registration call),
             // before any MLX work that reads the variable; nothing else here touches the
             // environment concurrently.

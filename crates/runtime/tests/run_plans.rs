@@ -239,7 +239,7 @@ fn identical_initializers_are_shared_between_executables() {
     let a = executable(&g);
     let b = executable(&g);
     let after = pool.stats();
-    if initializer_pool::sharing_enabled_by_env() {
+    if initializer_pool::sharing_enabled() {
         assert!(
             after.hits > before.hits,
             "second executable reused the first one's constant"
@@ -541,7 +541,8 @@ fn a_generation_carries_its_cache_and_resets_on_a_new_prompt_or_key() {
     let s = exe.decode_stats().expect("a decoder with a KV cache");
     assert_eq!(s.generations, 1, "{s:?}");
     assert_eq!(s.steps, 4, "{s:?}");
-    let reuse = std::env::var_os("ORTMLX_DISABLE_DECODE_REUSE").is_none();
+    // ORTMLX_DISABLE_DECODE_REUSE reaches the runtime through its installed config.
+    let reuse = !runtime::config().disable_decode_reuse;
     if reuse {
         assert_eq!(
             s.carried_inputs, 3,
@@ -573,4 +574,58 @@ fn a_generation_carries_its_cache_and_resets_on_a_new_prompt_or_key() {
     decoder_step(&exe, &[1.0, 1.0], &enc, &p1, Some("b"));
     // Plans without a cache have no decode path.
     assert!(executable(&gelu_graph()).decode_stats().is_none());
+}
+
+/// A host kernel step (NonZero of a value computed on the device, then Unique of a feed):
+/// the runtime reads its input back, runs the plan's kernel by name and binds the results.
+#[test]
+fn host_kernel_steps_run_on_device_values() {
+    let mut g = Graph {
+        inputs: vec![
+            ValueInfo::new("x", DataType::Float, fixed(&[2, 3])),
+            ValueInfo::new("u", DataType::Int64, fixed(&[5])),
+        ],
+        outputs: vec![
+            ValueInfo::new("y", DataType::Int64, vec![Dim::Fixed(2), Dim::Unknown]),
+            ValueInfo::new("uy", DataType::Int64, vec![Dim::Unknown]),
+            ValueInfo::new("uc", DataType::Int64, vec![Dim::Unknown]),
+        ],
+        nodes: vec![
+            Node::new("Relu", ["x"], ["r"]),
+            Node::new("NonZero", ["r"], ["y"]),
+            Node::new("Unique", ["u"], ["uy", "", "", "uc"]),
+        ],
+        ..Graph::default()
+    };
+    g.opset_imports.insert(String::new(), 17);
+    g.value_info.insert(
+        "r".into(),
+        ValueInfo::new("r", DataType::Float, fixed(&[2, 3])),
+    );
+    let exe = executable(&g);
+    let x = f32_bytes(&[-1.0, 2.0, 0.0, 3.0, -0.5, 4.0]);
+    let u = i64_bytes(&[3, 1, 3, 2, 1]);
+    let out = exe
+        .run(&[
+            InputTensor {
+                dtype: DataType::Float,
+                dims: &[2, 3],
+                data: &x,
+            },
+            InputTensor {
+                dtype: DataType::Int64,
+                dims: &[5],
+                data: &u,
+            },
+        ])
+        .unwrap();
+    let i64s = |b: &[u8]| -> Vec<i64> {
+        b.chunks_exact(8)
+            .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+            .collect()
+    };
+    assert_eq!(out[0].dims, vec![2, 3]);
+    assert_eq!(i64s(out[0].data()), vec![0, 1, 1, 1, 0, 2]);
+    assert_eq!(i64s(out[1].data()), vec![1, 2, 3]);
+    assert_eq!(i64s(out[2].data()), vec![2, 1, 2]);
 }

@@ -1,9 +1,11 @@
 //! Generated tensors: EyeLike, HannWindow, HammingWindow, BlackmanWindow, AffineGrid.
 
-use onnx_ir::{DataType, Node};
+use onnx_ir::{DataType, Node, TensorData};
 
 use super::*;
 use crate::decline;
+use crate::host::HostArg;
+use crate::kernel::{self, KernelAttrs};
 use crate::registry::ClaimCtx;
 use crate::step::{BinaryOp as B, FloatSource, ShapeSource, WindowKind, cosine_window};
 
@@ -15,7 +17,10 @@ pub fn register(r: &mut Registry) {
     r.op("", "HammingWindow", 17, MAX, claim_window, lower_window);
     r.op("", "BlackmanWindow", 17, MAX, claim_window, lower_window);
     r.op("", "AffineGrid", 20, MAX, claim_affine_grid, lower_affine_grid);
+    r.kernel(WINDOW_KERNEL, window_kernel);
 }
+
+const WINDOW_KERNEL: &str = "cosine_window";
 
 fn eye_dtype(node: &Node, input: DataType) -> Result<DataType, String> {
     match attr_int(node, "dtype")? {
@@ -117,15 +122,44 @@ fn lower_window(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
         ctx.fold(node, 0, t);
         return Ok(());
     }
-    let out = ctx.temp(dt);
-    ctx.push(Step::Window {
+    let size = match size {
+        ShapeSource::Static(v) => HostArg::Const(TensorData::from_i64(vec![v.len() as i64], &v)),
+        ShapeSource::Dynamic(s) => HostArg::Value(s),
+    };
+    let kind = match kind {
+        WindowKind::Hann => 0,
+        WindowKind::Hamming => 1,
+        WindowKind::Blackman => 2,
+    };
+    let attrs = KernelAttrs::new()
+        .int("kind", kind)
+        .bool("periodic", periodic)
+        .int("dtype", dt.to_onnx() as i64);
+    let out = ctx.host_kernel(node, WINDOW_KERNEL, vec![size], attrs, &[dt])?;
+    ctx.finish(node, 0, out[0], dt)
+}
+
+/// A window of a size known at run time: input 0 holds the size (its first element); attrs
+/// `kind` (0 Hann, 1 Hamming, 2 Blackman), `periodic`, `dtype` ([`cosine_window`]).
+fn window_kernel(
+    inputs: &[Option<TensorData>],
+    attrs: &KernelAttrs,
+) -> Result<Vec<TensorData>, String> {
+    let size = kernel::i64s(kernel::input(inputs, 0)?)?;
+    let n = *size.first().ok_or("window size is empty")?;
+    let kind = match attrs.get_int("kind")? {
+        0 => WindowKind::Hann,
+        1 => WindowKind::Hamming,
+        2 => WindowKind::Blackman,
+        k => return Err(format!("unknown window kind {k}")),
+    };
+    let t = cosine_window(
         kind,
-        size,
-        periodic,
-        dtype: dt,
-        out,
-    });
-    ctx.finish(node, 0, out, dt)
+        n,
+        attrs.get_bool("periodic")?,
+        attrs.get_dtype("dtype")?,
+    )?;
+    Ok(vec![t])
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -5,6 +5,8 @@ use onnx_ir::{DataType, Node, TensorData};
 
 use super::*;
 use crate::decline;
+use crate::host::HostArg;
+use crate::kernel::{self, KernelAttrs};
 use crate::plan::invalid;
 use crate::registry::ClaimCtx;
 use crate::step::{
@@ -26,7 +28,12 @@ pub fn register(r: &mut Registry) {
     r.op("", "Unique", 11, MAX, claim_unique, lower_unique);
     r.op("", "ReverseSequence", 10, MAX, claim_reverse_sequence, lower_reverse_sequence);
     r.op("", "TensorScatter", 24, MAX, claim_tensor_scatter, lower_tensor_scatter);
+    r.kernel(NONZERO_KERNEL, nonzero_kernel);
+    r.kernel(UNIQUE_KERNEL, unique_kernel);
 }
+
+const NONZERO_KERNEL: &str = "nonzero";
+const UNIQUE_KERNEL: &str = "unique";
 
 // ---------------------------------------------------------------------------------------------
 // Emission helpers shared by the family.
@@ -555,11 +562,13 @@ fn lower_compress(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
         });
         out
     };
-    let coords = ctx.temp(DataType::Int64);
-    ctx.push(Step::NonZero {
-        x: cond,
-        out: coords,
-    });
+    let coords = ctx.host_kernel(
+        node,
+        NONZERO_KERNEL,
+        vec![HostArg::Value(cond)],
+        KernelAttrs::new(),
+        &[DataType::Int64],
+    )?[0];
     let positions = ctx.squeeze(coords, vec![0], DataType::Int64);
     let out = ctx.temp(dt);
     ctx.push(Step::Take {
@@ -577,9 +586,34 @@ fn claim_non_zero(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
 
 fn lower_non_zero(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     let x = ctx.input(node, 0)?;
-    let out = ctx.temp(DataType::Int64);
-    ctx.push(Step::NonZero { x, out });
-    ctx.finish(node, 0, out, DataType::Int64)
+    let out = ctx.host_kernel(
+        node,
+        NONZERO_KERNEL,
+        vec![HostArg::Value(x)],
+        KernelAttrs::new(),
+        &[DataType::Int64],
+    )?;
+    ctx.finish(node, 0, out[0], DataType::Int64)
+}
+
+/// `NonZero`: the int64 `[rank, count]` coordinates of the non-zero elements of input 0 (any
+/// dtype; `-0.0` is zero) ([`nonzero_coords`](crate::step::nonzero_coords)).
+fn nonzero_kernel(
+    inputs: &[Option<TensorData>],
+    _attrs: &KernelAttrs,
+) -> Result<Vec<TensorData>, String> {
+    let x = kernel::input(inputs, 0)?;
+    let nonzero: Vec<bool> = if x.dtype.is_float() {
+        kernel::f64s(x)?.iter().map(|v| *v != 0.0).collect()
+    } else {
+        let size = x.dtype.size_in_bytes().ok_or("NonZero of a packed type")?;
+        x.bytes
+            .chunks_exact(size)
+            .map(|c| c.iter().any(|&b| b != 0))
+            .collect()
+    };
+    let (dims, data) = crate::step::nonzero_coords(&x.dims, &nonzero)?;
+    Ok(vec![TensorData::from_i64(dims, &data)])
 }
 
 fn claim_unique(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
@@ -603,24 +637,49 @@ fn lower_unique(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     };
     let sorted = attr_int(node, "sorted").or_invalid(node)?.unwrap_or(1) != 0;
     let x = ctx.input(node, 0)?;
-    let outs = vec![
-        ctx.temp(dt),
-        ctx.temp(DataType::Int64),
-        ctx.temp(DataType::Int64),
-        ctx.temp(DataType::Int64),
-    ];
-    ctx.push(Step::Unique {
-        x,
-        dtype: dt,
-        axis,
-        sorted,
-        outs: outs.clone(),
-    });
+    let mut attrs = KernelAttrs::new()
+        .bool("sorted", sorted)
+        .int("dtype", dt.to_onnx() as i64);
+    if let Some(a) = axis {
+        attrs = attrs.int("axis", a as i64);
+    }
+    let i64 = DataType::Int64;
+    let outs = ctx.host_kernel(
+        node,
+        UNIQUE_KERNEL,
+        vec![HostArg::Value(x)],
+        attrs,
+        &[dt, i64, i64, i64],
+    )?;
     for (i, o) in outs.into_iter().enumerate() {
         let t = if i == 0 { dt } else { DataType::Int64 };
         ctx.finish(node, i, o, t)?;
     }
     Ok(())
+}
+
+/// `Unique` of input 0 (floats compared as `f64`, integers and bools as `i64`); attrs `dtype`
+/// (Y's), `sorted` and an optional `axis`: Y, indices, inverse_indices, counts
+/// ([`unique`](crate::step::unique)).
+fn unique_kernel(
+    inputs: &[Option<TensorData>],
+    attrs: &KernelAttrs,
+) -> Result<Vec<TensorData>, String> {
+    use crate::step::HostValue;
+    let x = kernel::input(inputs, 0)?;
+    let values: Vec<HostValue> = if x.dtype.is_float() {
+        kernel::f64s(x)?.into_iter().map(HostValue::Float).collect()
+    } else {
+        kernel::i64s(x)?.into_iter().map(HostValue::Int).collect()
+    };
+    let axis = match attrs.get_int("axis") {
+        Ok(a) => Some(usize::try_from(a).map_err(|_| format!("Unique axis {a} is negative"))?),
+        Err(_) => None,
+    };
+    let sorted = attrs.get_bool("sorted")?;
+    let dtype = attrs.get_dtype("dtype")?;
+    let r = crate::step::unique(dtype, &x.dims, &values, axis, sorted)?;
+    Ok(vec![r.y, r.indices, r.inverse, r.counts])
 }
 
 // ---------------------------------------------------------------------------------------------

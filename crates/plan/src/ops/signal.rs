@@ -1,16 +1,21 @@
 //! Signal processing: DFT and STFT (MLX FFTs; complex values packed as a trailing dim of 2),
 //! MelWeightMatrix (a host kernel).
 
-use onnx_ir::{DataType, Node};
+use onnx_ir::{DataType, Node, TensorData};
 
 use super::*;
 use crate::decline;
+use crate::host::HostArg;
+use crate::kernel::{self, KernelAttrs};
 use crate::plan::invalid;
 use crate::registry::ClaimCtx;
 use crate::step::{
-    BinaryOp as B, DftSpec, FloatSource, HostKernel, MEL_TYPES, ReshapeTarget, ShapeSource,
-    WindowSpec, mel_weight_matrix,
+    BinaryOp as B, DftSpec, FloatSource, MEL_TYPES, ReshapeTarget, ShapeSource, WindowSpec,
+    mel_weight_matrix,
 };
+
+/// The host kernel computing a mel filter bank.
+const MEL_KERNEL: &str = "mel_weight_matrix";
 
 /// Registers the family.
 #[rustfmt::skip]
@@ -18,6 +23,7 @@ pub fn register(r: &mut Registry) {
     r.op("", "DFT", 17, MAX, claim_dft, lower_dft);
     r.op("", "STFT", 17, MAX, claim_stft, lower_stft);
     r.op("", "MelWeightMatrix", 17, MAX, claim_mel, lower_mel);
+    r.kernel(MEL_KERNEL, mel_kernel);
 }
 
 /// `output_datatype` (default float).
@@ -43,7 +49,7 @@ fn claim_mel(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
     Ok(())
 }
 
-/// Computed on the host from the five scalars ([`HostKernel::MelWeightMatrix`]); folded when
+/// Computed on the host from the five scalars (the `mel_weight_matrix` kernel); folded when
 /// they are constants.
 fn lower_mel(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     let dtype = mel_dtype(node).or_invalid(node)?;
@@ -67,15 +73,34 @@ fn lower_mel(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     }
     let mut inputs = Vec::with_capacity(5);
     for i in 0..5 {
-        inputs.push(ctx.input(node, i)?);
+        inputs.push(HostArg::Value(ctx.input(node, i)?));
     }
-    let out = ctx.temp(dtype);
-    ctx.push(Step::HostKernel {
-        kernel: HostKernel::MelWeightMatrix { dtype },
-        inputs,
-        outs: vec![out],
-    });
-    ctx.finish(node, 0, out, dtype)
+    let attrs = KernelAttrs::new().int("output_datatype", dtype.to_onnx() as i64);
+    let out = ctx.host_kernel(node, MEL_KERNEL, inputs, attrs, &[dtype])?;
+    ctx.finish(node, 0, out[0], dtype)
+}
+
+/// `MelWeightMatrix` from its five scalars (num_mel_bins, dft_length, sample_rate: integers;
+/// lower and upper edge in hertz: float32), of dtype `output_datatype`.
+fn mel_kernel(
+    inputs: &[Option<TensorData>],
+    attrs: &KernelAttrs,
+) -> Result<Vec<TensorData>, String> {
+    let scalar = |i: usize, what: &str| -> Result<f64, String> {
+        match kernel::f64s(kernel::input(inputs, i)?)?.as_slice() {
+            [v] => Ok(*v),
+            _ => Err(format!("MelWeightMatrix: {what} is not a single value")),
+        }
+    };
+    let t = mel_weight_matrix(
+        scalar(0, "num_mel_bins")? as i64,
+        scalar(1, "dft_length")? as i64,
+        scalar(2, "sample_rate")? as i64,
+        scalar(3, "lower_edge_hertz")? as f32,
+        scalar(4, "upper_edge_hertz")? as f32,
+        attrs.get_dtype("output_datatype")?,
+    )?;
+    Ok(vec![t])
 }
 
 /// The fixed last dim of input `i` (1 real, 2 complex), when known.

@@ -25,7 +25,6 @@ mod dft;
 mod elementwise;
 mod gather_scatter;
 mod host_compute;
-mod host_kernel;
 mod operands;
 mod recurrent;
 mod resize;
@@ -34,6 +33,7 @@ mod roi_align;
 mod shape;
 #[cfg(test)]
 mod tests;
+mod tfidf_mel;
 mod variants;
 
 pub use col2im::{Col2ImGeometry, Col2ImSpec, check_ort_rank};
@@ -47,9 +47,6 @@ pub use gather_scatter::{
     DimRule, ScatterOp, dims_target, gather_slice_sizes, iota_i32, nonzero_coords,
 };
 pub use host_compute::{HostValue, UniqueResult, WindowKind, cosine_window, unique};
-pub use host_kernel::{
-    HostKernel, HostTensor, HostValues, MEL_TYPES, TfIdfMode, TfIdfSpec, mel_weight_matrix,
-};
 pub use recurrent::{Activation, RecurrentKind, RecurrentSpec};
 pub use resize_interp::{
     AspectPolicy, InterpArgs, InterpAxis, InterpCoordinates, InterpMode, InterpSpec,
@@ -57,6 +54,7 @@ pub use resize_interp::{
     resize_target, resized_length, source_coordinate,
 };
 pub use roi_align::{RoiAlignSpec, RoiSamples};
+pub use tfidf_mel::{MEL_TYPES, TfIdfMode, TfIdfSpec, mel_weight_matrix};
 
 /// A value slot: the index of one array in the runtime's value table.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

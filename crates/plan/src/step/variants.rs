@@ -584,28 +584,6 @@ define_steps! {
             /// Output (float32).
             write out: Slot,
         } shapeless: false,
-        /// ONNX `NonZero`: reads `x` on the host ([`HostReader::floats`]) and creates the int64
-        /// array `[rank, count]` of `nonzero_coords(x.shape, values != 0)` (data-dependent shape).
-        NonZero {
-            /// Input.
-            read_host x: Slot,
-            /// Output (int64).
-            write out: Slot,
-        } shapeless: false,
-        /// ONNX `HannWindow` / `HammingWindow` / `BlackmanWindow` of a size read on the host: an
-        /// array made from `cosine_window(kind, size.get(host)[0], periodic, dtype)`.
-        Window {
-            /// Which window.
-            attr kind: WindowKind,
-            /// The window length.
-            host size: ShapeSource,
-            /// Periodic (`N` in the denominator) or symmetric (`N - 1`).
-            attr periodic: bool,
-            /// Output dtype.
-            attr dtype: DataType,
-            /// Output.
-            write out: Slot,
-        } shapeless: false,
         /// ONNX `DFT` of a float32 `x` (`[..., 1 | 2]`) with `a = spec.resolve(x.shape, host)`:
         /// complex input `mlx_view(contiguous(x), complex64)` squeezed, real input squeezed and
         /// `mlx_astype(.., complex64)`; then `mlx_fft_fft` / `mlx_fft_ifft` / `mlx_fft_irfft` of
@@ -628,67 +606,21 @@ define_steps! {
             /// Determinants.
             write out: Slot,
         } shapeless: false,
-        /// ONNX `Unique`, on the host: reads `x` (`HostReader::ints` for integer and bool types,
-        /// `floats` for floats), computes `unique(dtype, x.shape, values, axis, sorted)` and makes
-        /// arrays of its four results for `outs` (Y, indices, inverse_indices, counts).
-        Unique {
-            /// Input.
-            read_host x: Slot,
-            /// Its dtype (Y's).
-            attr dtype: DataType,
-            /// Slices along this axis, or the flattened elements.
-            attr axis: Option<usize>,
-            /// Sorted ascending, or in order of first occurrence.
-            attr sorted: bool,
-            /// The four outputs.
-            write outs: Vec<Slot>,
-        } shapeless: false,
-        /// A kernel computed on the host: reads each of `inputs` back (`HostReader::ints` or
-        /// `floats`, as [`HostKernel::reads_ints`] says) with its shape, computes
-        /// [`HostKernel::run`] and makes arrays of the results for `outs`.
+        /// A host kernel (see [`crate::kernel`]): the runtime reads each of `inputs` to the host
+        /// (`HostArg::Value`: the slot's values in its dtype; `ShapeOf`: its array's shape as
+        /// int64; `Const`, `Absent`), calls `run_host_kernel(kernel, inputs, attrs)` and makes
+        /// arrays of the results for `outputs` (`mlx_array_new_data`). For ops MLX can't express:
+        /// data-dependent output shapes (NonZero, Unique, NonMaxSuppression) or gathers driven by
+        /// small host-side tables (RoiAlign, MaxRoiPool, windows of a run-time size).
         HostKernel {
-            /// The kernel and its attributes.
-            attr kernel: HostKernel,
-            /// Inputs, read on the host.
-            read_host inputs: Vec<Slot>,
-            /// Outputs, in the kernel's order.
-            write outs: Vec<Slot>,
-        } shapeless: false,
-        /// ONNX `RoiAlign` over float32 X `[N, C, H, W]`: host reads of `rois` and `batch_indices`,
-        /// [`RoiAlignSpec::samples`] gives gather rows and weights; on the device X becomes
-        /// `[N*H*W, C]` (`mlx_transpose_axes`, `mlx_reshape`), `mlx_take_axis` of the rows,
-        /// `mlx_multiply` by the weights, `mlx_where` for padding, `mlx_sum_axes` / `mlx_divide`
-        /// (avg) or `mlx_max_axes` (max), back to `[R, C, output_height, output_width]`.
-        RoiAlign {
-            /// Input X, float32 `[N, C, H, W]`.
-            read x: Slot,
-            /// Rois, float32 `[R, 4]` (read on the host).
-            host rois: Slot,
-            /// Batch indices, int64 `[R]` (read on the host).
-            host batch_indices: Slot,
-            /// The attributes.
-            attr spec: RoiAlignSpec,
-            /// Output.
-            write out: Slot,
-        } shapeless: false,
-        /// ONNX `NonMaxSuppression`, on the host: reads every input (`HostReader::floats`, `ints`
-        /// for `max_output`) and makes an int64 array `[num_selected, 3]` of
-        /// `non_max_suppression(..)` (ONNX Runtime's CPU kernel; data-dependent shape).
-        NonMaxSuppression {
-            /// Boxes, float32 `[B, N, 4]`.
-            read_host boxes: Slot,
-            /// Scores, float32 `[B, C, N]`.
-            read_host scores: Slot,
-            /// `max_output_boxes_per_class` (int64), absent: no boxes.
-            read_host max_output: Option<Slot>,
-            /// `iou_threshold` (float32), absent: 0.
-            read_host iou_threshold: Option<Slot>,
-            /// `score_threshold` (float32), absent: no score filter.
-            read_host score_threshold: Option<Slot>,
-            /// Boxes are `[x_center, y_center, width, height]` (else `[y1, x1, y2, x2]`).
-            attr center_point_box: bool,
-            /// Output (int64).
-            write out: Slot,
+            /// The kernel's registered name.
+            attr kernel: String,
+            /// Where each input comes from.
+            mixed inputs: Vec<crate::host::HostArg>,
+            /// Static attributes.
+            attr attrs: crate::kernel::KernelAttrs,
+            /// One slot per kernel output, in order.
+            write outputs: Vec<Slot>,
         } shapeless: false,
         /// ONNX RNN / GRU / LSTM (layout 0) over float32 arrays, the time loop run by the runtime
         /// over `x`'s dim 0 (known only at run time). Per direction `d`: `mlx_matmul(x, W[d]^T)`

@@ -159,3 +159,19 @@ pub fn declined(g: &G, node: usize, needle: &str) {
 pub fn count(p: &plan::Plan, f: impl Fn(&plan::Step) -> bool) -> usize {
     p.steps.iter().filter(|s| f(s)).count()
 }
+
+/// The host kernel steps of a plan running `kernel`.
+pub fn kernel_steps<'a>(p: &'a plan::Plan, kernel: &str) -> Vec<&'a plan::Step> {
+    p.steps
+        .iter()
+        .filter(|s| matches!(s, plan::Step::HostKernel { kernel: k, .. } if k == kernel))
+        .collect()
+}
+
+/// The attributes of the first host kernel step running `kernel`.
+pub fn kernel_attrs<'a>(p: &'a plan::Plan, kernel: &str) -> &'a plan::KernelAttrs {
+    match kernel_steps(p, kernel).first() {
+        Some(plan::Step::HostKernel { attrs, .. }) => attrs,
+        _ => panic!("no {kernel} host kernel step"),
+    }
+}

@@ -1,5 +1,5 @@
 //! The multi-call steps of the interpreter: transposed convolution with its crop, linear /
-//! cubic resize, DFT, and host-computed `NonMaxSuppression`.
+//! cubic resize and DFT.
 
 use mlx::{Array, Dtype, Stream, ops};
 use plan::step::{ConvTransposeArgs, DftArgs, DftKind, InterpArgs, InterpAxis};
@@ -191,50 +191,4 @@ pub(super) fn dft(x: &Array, a: &DftArgs, s: &Stream) -> Result<Array, RuntimeEr
     }
     let c = ops::contiguous(&expanded, false, s).map_err(err)?;
     ops::view(&c, Dtype::Float32, s).map_err(err)
-}
-
-/// ONNX `NonMaxSuppression` on the host: reads the step's inputs and makes the int64
-/// `[num_selected, 3]` array of `plan::step::non_max_suppression`.
-pub(super) fn non_max_suppression(
-    step: &plan::Step,
-    host: &mut super::Host,
-) -> Result<Array, RuntimeError> {
-    use plan::HostReader;
-    let plan::Step::NonMaxSuppression {
-        boxes,
-        scores,
-        max_output,
-        iou_threshold,
-        score_threshold,
-        center_point_box,
-        ..
-    } = step
-    else {
-        return Err(RuntimeError("not a NonMaxSuppression step".into()));
-    };
-    let shape = |slot: plan::Slot| -> Result<Vec<i64>, RuntimeError> {
-        Ok(super::shape_i64(host.slots.get(slot)?))
-    };
-    let (boxes_shape, scores_shape) = (shape(*boxes)?, shape(*scores)?);
-    let mut f32s = |slot: plan::Slot| -> Result<Vec<f32>, RuntimeError> {
-        let v = host.floats(slot).map_err(err)?;
-        Ok(v.into_iter().map(|x| x as f32).collect())
-    };
-    let boxes = f32s(*boxes)?;
-    let scores = f32s(*scores)?;
-    let iou = iou_threshold.map(&mut f32s).transpose()?;
-    let score = score_threshold.map(&mut f32s).transpose()?;
-    let max = max_output.map(|m| host.ints(m).map_err(err)).transpose()?;
-    let t = plan::step::non_max_suppression(&plan::step::NmsInputs {
-        boxes_shape: &boxes_shape,
-        boxes: &boxes,
-        scores_shape: &scores_shape,
-        scores: &scores,
-        max_output: max.as_deref(),
-        iou_threshold: iou.as_deref(),
-        score_threshold: score.as_deref(),
-        center_point_box: *center_point_box,
-    })
-    .map_err(err)?;
-    super::host_array(&t)
 }

@@ -1,7 +1,6 @@
-//! Host kernels of [`super::Step::HostKernel`]: ops computed on the CPU from small inputs read
-//! back to the host (n-gram counting, filter banks from scalars), as ONNX Runtime's CPU kernels
-//! compute them. The runtime reads each input ([`HostKernel::reads_ints`] says how), calls
-//! [`HostKernel::run`] and uploads the results; it names no op.
+//! The host computations behind the `tfidf_vectorizer` and `mel_weight_matrix` host kernels
+//! (registered by `ops/text.rs` and `ops/signal.rs`): n-gram counting over integer tokens and
+//! mel filter banks from scalars, as ONNX Runtime's CPU kernels compute them.
 
 use std::collections::HashMap;
 
@@ -9,100 +8,6 @@ use onnx_ir::{DataType, TensorData};
 
 /// The most elements a host kernel makes (a hostile size is an error, not an abort).
 const MAX_ELEMENTS: i64 = 1 << 24;
-
-/// One input of a host kernel: its shape and flattened values.
-#[derive(Debug, Clone, PartialEq)]
-pub struct HostTensor {
-    /// The array's shape.
-    pub shape: Vec<i64>,
-    /// Its values.
-    pub values: HostValues,
-}
-
-/// Flattened values read on the host.
-#[derive(Debug, Clone, PartialEq)]
-pub enum HostValues {
-    /// Integer (or bool) elements.
-    Ints(Vec<i64>),
-    /// Float elements.
-    Floats(Vec<f64>),
-}
-
-impl HostTensor {
-    fn scalar_i64(&self, what: &str) -> Result<i64, String> {
-        match &self.values {
-            HostValues::Ints(v) if v.len() == 1 => Ok(v[0]),
-            HostValues::Floats(v) if v.len() == 1 => Ok(v[0] as i64),
-            _ => Err(format!("{what} is not a single value")),
-        }
-    }
-
-    fn scalar_f32(&self, what: &str) -> Result<f32, String> {
-        match &self.values {
-            HostValues::Floats(v) if v.len() == 1 => Ok(v[0] as f32),
-            HostValues::Ints(v) if v.len() == 1 => Ok(v[0] as f32),
-            _ => Err(format!("{what} is not a single value")),
-        }
-    }
-}
-
-/// A kernel computed on the host.
-#[derive(Debug, Clone, PartialEq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-pub enum HostKernel {
-    /// ONNX `TfIdfVectorizer` over int32 / int64 tokens (`[C]` or `[N, C]`).
-    TfIdf(TfIdfSpec),
-    /// ONNX `MelWeightMatrix` from its five scalar inputs, of `dtype`.
-    MelWeightMatrix {
-        /// `output_datatype`.
-        dtype: DataType,
-    },
-}
-
-impl HostKernel {
-    /// A stable name (plan text and snapshots).
-    pub fn name(&self) -> &'static str {
-        match self {
-            HostKernel::TfIdf(_) => "tfidf_vectorizer",
-            HostKernel::MelWeightMatrix { .. } => "mel_weight_matrix",
-        }
-    }
-
-    /// Whether input `i` is read as integers ([`HostValues::Ints`]) or floats.
-    pub fn reads_ints(&self, i: usize) -> bool {
-        match self {
-            HostKernel::TfIdf(_) => true,
-            HostKernel::MelWeightMatrix { .. } => i < 3,
-        }
-    }
-
-    /// Computes the outputs from the inputs.
-    pub fn run(&self, inputs: &[HostTensor]) -> Result<Vec<TensorData>, String> {
-        match self {
-            HostKernel::TfIdf(spec) => {
-                let x = inputs.first().ok_or("TfIdfVectorizer without input")?;
-                let HostValues::Ints(v) = &x.values else {
-                    return Err("TfIdfVectorizer reads integer tokens".into());
-                };
-                Ok(vec![spec.run(&x.shape, v)?])
-            }
-            HostKernel::MelWeightMatrix { dtype } => {
-                if inputs.len() != 5 {
-                    return Err("MelWeightMatrix takes 5 inputs".into());
-                }
-                let t = mel_weight_matrix(
-                    inputs[0].scalar_i64("num_mel_bins")?,
-                    inputs[1].scalar_i64("dft_length")?,
-                    inputs[2].scalar_i64("sample_rate")?,
-                    inputs[3].scalar_f32("lower_edge_hertz")?,
-                    inputs[4].scalar_f32("upper_edge_hertz")?,
-                    *dtype,
-                )?;
-                Ok(vec![t])
-            }
-        }
-    }
-}
 
 // ---------------------------------------------------------------------------------------------
 // TfIdfVectorizer.
