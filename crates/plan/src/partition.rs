@@ -255,7 +255,14 @@ pub fn cluster_graph(graph: &Graph, cluster: &Cluster) -> Graph {
     for &i in &cluster.nodes {
         let node = &graph.nodes[i];
         g.nodes.push(node.clone());
-        for input in node.inputs.iter().filter(|s| !s.is_empty()) {
+        let reads: Vec<String> = node
+            .inputs
+            .iter()
+            .filter(|s| !s.is_empty())
+            .cloned()
+            .chain(implicit_inputs(node))
+            .collect();
+        for input in &reads {
             if produced.contains(input.as_str()) || !seen_inputs.insert(input.clone()) {
                 continue;
             }
@@ -271,11 +278,11 @@ pub fn cluster_graph(graph: &Graph, cluster: &Cluster) -> Graph {
     for &i in &cluster.nodes {
         for out in graph.nodes[i].outputs.iter().filter(|s| !s.is_empty()) {
             let used_outside = graph_outputs.contains(out.as_str())
-                || graph
-                    .nodes
-                    .iter()
-                    .enumerate()
-                    .any(|(j, n)| !members.contains(&j) && n.inputs.iter().any(|x| x == out));
+                || graph.nodes.iter().enumerate().any(|(j, n)| {
+                    !members.contains(&j)
+                        && (n.inputs.iter().any(|x| x == out)
+                            || implicit_inputs(n).iter().any(|x| x == out))
+                });
             if used_outside && seen_outputs.insert(out.clone()) {
                 g.outputs.push(info(out));
             }
