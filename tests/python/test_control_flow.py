@@ -257,6 +257,28 @@ def test_scan_opset9():
     check(m, {"s0": np.ones(3, np.float32), "x": np.arange(12, dtype=np.float32).reshape(4, 3)})
 
 
+@pytest.mark.parametrize("directions", [[0], [1]])
+def test_scan_opset8_batched(directions):
+    """Scan-8: a batch axis first, time second; each batch element runs the body over time."""
+    body = helper.make_graph(
+        [
+            helper.make_node("Add", ["s_in", "xi"], ["s_out"]),
+            helper.make_node("Mul", ["s_out", "xi"], ["y"]),
+        ],
+        "body",
+        [vi("s_in", F, [2]), vi("xi", F, [2])],
+        [vi("s_out", F, [2]), vi("y", F, [2])],
+    )
+    m = model(
+        [helper.make_node("Scan", ["", "s0", "x"], ["s", "ys"], body=body, num_scan_inputs=1, directions=directions)],
+        [vi("s0", F, [3, 2]), vi("x", F, [3, 4, 2])],
+        [vi("s", F, [3, 2]), vi("ys", F, [3, 4, 2])],
+        opset=8,
+    )
+    rng = np.random.default_rng(5)
+    check(m, {"s0": rng.standard_normal((3, 2)).astype(np.float32), "x": rng.standard_normal((3, 4, 2)).astype(np.float32)})
+
+
 # ---------------------------------------------------------------------------------------------
 # Models
 

@@ -244,7 +244,7 @@ fn scan_lowers_to_a_sliced_repeat() {
 
 #[test]
 fn scan_opset8_and_bad_attributes_are_declined() {
-    declined(&scan_graph(8), 0, "opset");
+    declined(&scan_graph(8), 0, "sequence_lens");
     let mut g = scan_graph(11);
     g.g.nodes[0]
         .attributes

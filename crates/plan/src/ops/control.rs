@@ -6,7 +6,8 @@
 use onnx_ir::{Attribute, DataType, Dim, Graph, Node, TensorData, ValueInfo};
 
 use super::{MAX, attr_int, attr_ints};
-use crate::plan::{LowerCtx, PlanError, build_plan, invalid};
+use crate::host::HostProgram;
+use crate::plan::{LowerCtx, NodeSpan, Plan, PlanError, PlanInput, SlotInfo, build_plan, invalid};
 use crate::registry::{ClaimCtx, Decline, Registry};
 use crate::step::{ScanAxis, Slot, Step, SubPlan};
 
@@ -16,8 +17,10 @@ pub fn register(r: &mut Registry) {
         .notes("the condition is read on the host; each branch is a plan of its own");
     r.op("", "Loop", 11, MAX, claim_loop, lower_loop)
         .notes("tensor loop-carried values only (no sequences or optionals); runs eagerly");
+    r.op("", "Scan", 8, 8, claim_scan8, lower_scan8)
+        .notes("opset 8's batched form without sequence_lens; runs eagerly");
     r.op("", "Scan", 9, MAX, claim_scan, lower_scan)
-        .notes("opset 8's batched form is not claimed; runs eagerly");
+        .notes("runs eagerly");
 }
 
 /// Where an outer-scope value of a body comes from.
@@ -518,6 +521,179 @@ fn lower_scan(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
         scan_out: a.scan_out,
         empty_shapes,
         outs,
+    });
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scan, opset 8: every input has a batch axis first (scan inputs have time second); each batch
+// element runs the opset-9 semantics. Lowered as a repeat over the batch whose body is a plan
+// holding the repeat over time.
+
+/// (states, per-scan-input direction) of an opset-8 Scan.
+fn scan8_attrs(node: &Node) -> Result<(usize, Vec<bool>), String> {
+    if node.input(0).is_some() {
+        return Err("Scan: opset 8's sequence_lens input is not claimed".into());
+    }
+    let m =
+        attr_int(node, "num_scan_inputs")?.ok_or("Scan: attribute 'num_scan_inputs' is missing")?;
+    let m = usize::try_from(m).map_err(|_| format!("Scan: num_scan_inputs {m} is negative"))?;
+    let values = node.inputs.len().saturating_sub(1);
+    if m == 0 || m > values {
+        return Err(format!(
+            "Scan: num_scan_inputs {m} does not fit the node's {values} value input(s)"
+        ));
+    }
+    let states = values - m;
+    let dirs = attr_ints(node, "directions")?.unwrap_or_else(|| vec![0; m]);
+    if dirs.len() != m || dirs.iter().any(|d| *d != 0 && *d != 1) {
+        return Err(format!(
+            "Scan: 'directions' needs {m} entries of 0 or 1, has {dirs:?}"
+        ));
+    }
+    let g = body(node, "body")?;
+    if g.outputs.len() < states || node.outputs.len() != g.outputs.len() {
+        return Err(format!(
+            "Scan: the body has {} output(s) for {states} state(s) and the node {}",
+            g.outputs.len(),
+            node.outputs.len()
+        ));
+    }
+    Ok((states, dirs.iter().map(|d| *d == 1).collect()))
+}
+
+fn claim_scan8(cx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
+    let (states, _) = scan8_attrs(node).map_err(Decline::new)?;
+    let mut formal = Vec::with_capacity(node.inputs.len() - 1);
+    for i in 1..node.inputs.len() {
+        formal.push(Some(cx.input_dtype(node, i)?));
+    }
+    let out = claim_body(cx, node, "body", &formal)?;
+    for (i, dt) in formal.iter().take(states).enumerate() {
+        if out.get(i) != dt.as_ref() {
+            return Err(Decline::new(format!(
+                "Scan: state {i} changes type in the body"
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn lower_scan8(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
+    let (states, dirs) = scan8_attrs(node).map_err(|reason| PlanError::Invalid {
+        node: node.name.clone(),
+        reason,
+    })?;
+    let mut formal = Vec::with_capacity(node.inputs.len() - 1);
+    let mut inputs = Vec::with_capacity(node.inputs.len() - 1);
+    for i in 1..node.inputs.len() {
+        formal.push(Some(ctx.input_dtype(node, i)?));
+        inputs.push(ctx.input(node, i)?);
+    }
+    let (time_body, args, closed) = lower_body(ctx, node, "body", &formal)?;
+    let k = node.outputs.len() - states;
+    let out_dtypes: Vec<DataType> = time_body
+        .plan
+        .outputs
+        .iter()
+        .map(|o| time_body.plan.dtype(*o))
+        .collect();
+    let empty_shapes: Vec<Vec<i64>> = closed.outputs[states..]
+        .iter()
+        .map(|v| empty_shape(&closed, &v.name))
+        .collect();
+    // The per-batch-element plan: inputs (states, scan inputs, outer values), one repeat.
+    let mut slots = Vec::new();
+    let mut plan_inputs = Vec::new();
+    let new_slot = |name: String, dtype: DataType, slots: &mut Vec<SlotInfo>| {
+        slots.push(SlotInfo { name, dtype });
+        Slot(slots.len() as u32 - 1)
+    };
+    for (vi, dt) in closed.inputs.iter().zip(
+        formal.iter().map(|d| d.unwrap_or(DataType::Float)).chain(
+            closed.inputs[formal.len()..]
+                .iter()
+                .map(|v| v.dtype.unwrap_or(DataType::Float)),
+        ),
+    ) {
+        let slot = new_slot(vi.name.clone(), dt, &mut slots);
+        plan_inputs.push(PlanInput {
+            slot,
+            name: vi.name.clone(),
+            dtype: dt,
+            shape: None,
+        });
+    }
+    let in_slots: Vec<Slot> = plan_inputs.iter().map(|i| i.slot).collect();
+    let outs: Vec<Slot> = out_dtypes
+        .iter()
+        .enumerate()
+        .map(|(j, dt)| new_slot(format!("{}#b{j}", node.name), *dt, &mut slots))
+        .collect();
+    let n_values = formal.len();
+    let batch_plan = Plan {
+        inputs: plan_inputs,
+        outputs: outs.clone(),
+        output_names: outs.iter().map(|o| slots[o.index()].name.clone()).collect(),
+        constants: Vec::new(),
+        steps: vec![Step::Repeat {
+            body: time_body,
+            counted: false,
+            max_trips: None,
+            cond: None,
+            carried: in_slots[..states].to_vec(),
+            scanned: in_slots[states..n_values].to_vec(),
+            scan_in: dirs
+                .iter()
+                .map(|&reverse| ScanAxis { axis: 0, reverse })
+                .collect(),
+            args: in_slots[n_values..].to_vec(),
+            scan_out: vec![
+                ScanAxis {
+                    axis: 0,
+                    reverse: false
+                };
+                k
+            ],
+            empty_shapes: empty_shapes.clone(),
+            outs: outs.clone(),
+        }],
+        num_slots: slots.len(),
+        slots,
+        constant_sources: Vec::new(),
+        nodes: vec![NodeSpan {
+            name: node.name.clone(),
+            op_type: node.op_type.clone(),
+            steps: 0..1,
+            on_host: false,
+        }],
+        host: HostProgram::default(),
+    };
+    let mut node_outs = Vec::with_capacity(node.outputs.len());
+    for (j, dt) in out_dtypes.iter().enumerate() {
+        node_outs.push(ctx.output(node, j, *dt)?);
+    }
+    let batch = ScanAxis {
+        axis: 0,
+        reverse: false,
+    };
+    // Shapes of one batch element's outputs for an empty batch: unknown.
+    let batch_empty = vec![Vec::new(); node.outputs.len()];
+    ctx.push(Step::Repeat {
+        body: SubPlan {
+            plan: Box::new(batch_plan),
+            formal_inputs: n_values,
+        },
+        counted: false,
+        max_trips: None,
+        cond: None,
+        carried: Vec::new(),
+        scanned: inputs,
+        scan_in: vec![batch; n_values],
+        args,
+        scan_out: vec![batch; node.outputs.len()],
+        empty_shapes: batch_empty,
+        outs: node_outs,
     });
     Ok(())
 }
