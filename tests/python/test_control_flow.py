@@ -207,6 +207,52 @@ def test_loop_carried_shape_grows():
     )
 
 
+@pytest.mark.parametrize("trips", [1, 5, 40])
+def test_loop_constant_trip_count(trips):
+    """A constant trip count with a pass-through condition: small counts are unrolled into the
+    enclosing plan (one closure), larger ones run as a device loop; same results."""
+    body = helper.make_graph(
+        [
+            helper.make_node("Cast", ["i"], ["i_f"], to=F),
+            helper.make_node("Mul", ["acc_in", "decay"], ["scaled"]),
+            helper.make_node("Add", ["scaled", "i_f"], ["acc_out"]),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("ReduceSum", ["acc_out"], ["total"], keepdims=0),
+        ],
+        "body",
+        [vi("i", I64, []), vi("cond_in", B, []), vi("acc_in", F, [3])],
+        [vi("cond_out", B, []), vi("acc_out", F, [3]), vi("total", F, [])],
+    )
+    m = model(
+        [
+            const("M", np.int64(trips)),
+            helper.make_node("Loop", ["M", "", "acc0"], ["acc", "totals"], body=body),
+            helper.make_node("Relu", ["acc"], ["y"]),
+        ],
+        [vi("acc0", F, [3])],
+        [vi("y", F, [3]), vi("totals", F, [trips])],
+        [numpy_helper.from_array(np.float32(0.9), "decay")],
+    )
+    check(m, {"acc0": np.array([1.0, -2.0, 3.0], np.float32)}, rtol=1e-5, atol=1e-4)
+
+
+def test_if_constant_condition():
+    """A condition known when the model loads: the chosen branch joins the enclosing plan."""
+    then_g = helper.make_graph([helper.make_node("Mul", ["x", "x"], ["t"])], "then", [], [vi("t", F, None)])
+    else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [], [vi("e", F, None)])
+    for c in (True, False):
+        m = model(
+            [
+                const("c", np.array(c)),
+                helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g),
+                helper.make_node("Add", ["y", "x"], ["z"]),
+            ],
+            [vi("x", F, [4])],
+            [vi("z", F, [4])],
+        )
+        check(m, {"x": np.array([1.0, -2.0, 3.0, 0.5], np.float32)})
+
+
 # ---------------------------------------------------------------------------------------------
 # Scan
 

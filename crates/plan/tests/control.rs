@@ -264,3 +264,37 @@ fn body_with_wrong_arity_is_declined() {
     }
     declined(&g, 0, "input");
 }
+
+#[test]
+fn small_constant_loop_is_unrolled_and_compilable() {
+    let mut g = loop_graph(Some(DataType::Float));
+    g.g.inputs.remove(0);
+    g.init_i64("m", &[], &[3]);
+    claim(&g, 0).unwrap();
+    let p = plan_of(&g.build());
+    assert!(
+        !p.steps.iter().any(|s| matches!(s, Step::Repeat { .. })),
+        "{p}"
+    );
+    // three adds, three unsqueezes, one concat
+    assert_eq!(count(&p, |s| matches!(s, Step::Binary { .. })), 3, "{p}");
+    assert_eq!(count(&p, |s| matches!(s, Step::Concat { .. })), 1, "{p}");
+    assert_ne!(p.compile_class(), CompileClass::Eager);
+}
+
+#[test]
+fn constant_condition_inlines_the_branch() {
+    let mut g = if_graph("Mul");
+    g.g.inputs.remove(0);
+    g.init(
+        "c",
+        onnx_ir::TensorData::new(DataType::Bool, vec![], vec![1u8]).unwrap(),
+    );
+    claim(&g, 0).unwrap();
+    let p = plan_of(&g.build());
+    assert!(
+        !p.steps.iter().any(|s| matches!(s, Step::Branch { .. })),
+        "{p}"
+    );
+    assert_eq!(count(&p, |s| matches!(s, Step::Binary { .. })), 1, "{p}");
+}

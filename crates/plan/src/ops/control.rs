@@ -9,7 +9,70 @@ use super::{MAX, attr_int, attr_ints};
 use crate::host::HostProgram;
 use crate::plan::{LowerCtx, NodeSpan, Plan, PlanError, PlanInput, SlotInfo, build_plan, invalid};
 use crate::registry::{ClaimCtx, Decline, Registry};
-use crate::step::{ScanAxis, Slot, Step, SubPlan};
+use crate::step::{ReshapeTarget, ScanAxis, ShapeSource, Slot, Step, SubPlan};
+
+/// The most iterations of a Loop with a constant trip count that are unrolled into the
+/// enclosing plan (so it can compile as one closure), and the most steps the copies may add.
+const MAX_UNROLL_TRIPS: i64 = 16;
+const MAX_UNROLL_STEPS: usize = 512;
+
+/// Copies the steps of `sub` into the enclosing plan with its inputs bound to `inputs`; returns
+/// the slots of its outputs. `None` (nothing emitted) when `sub` has a host program, which
+/// binds values from its own input shapes.
+fn inline(ctx: &mut LowerCtx, sub: &Plan, inputs: &[Slot]) -> Result<Option<Vec<Slot>>, PlanError> {
+    if !sub.host.is_empty() || sub.inputs.len() != inputs.len() {
+        return Ok(None);
+    }
+    let mut map: Vec<Option<Slot>> = vec![None; sub.num_slots];
+    for (pi, s) in sub.inputs.iter().zip(inputs) {
+        map[pi.slot.index()] = Some(*s);
+    }
+    for (slot, t) in &sub.constants {
+        map[slot.index()] = Some(ctx.constant(t.clone()));
+    }
+    let mut missing = None;
+    for step in &sub.steps {
+        let mut st = step.clone();
+        st.map_inputs(&mut |s| match map[s.index()] {
+            Some(m) => *s = m,
+            None => missing = Some(*s),
+        });
+        if let Some(s) = missing {
+            return Err(PlanError::Invalid {
+                node: sub
+                    .nodes
+                    .first()
+                    .map(|n| n.name.clone())
+                    .unwrap_or_default(),
+                reason: format!("inlining a body: slot {s:?} is read before it is written"),
+            });
+        }
+        st.map_outputs(&mut |s| {
+            let fresh = ctx.temp(sub.dtype(*s));
+            map[s.index()] = Some(fresh);
+            *s = fresh;
+        });
+        ctx.push(st);
+    }
+    sub.outputs
+        .iter()
+        .map(|o| {
+            map[o.index()].ok_or_else(|| PlanError::Invalid {
+                node: String::new(),
+                reason: format!("inlining a body: output {o:?} is never written"),
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
+}
+
+/// The value of a constant boolean or integer scalar input, when known at plan time.
+fn const_scalar(ctx: &LowerCtx, node: &Node, i: usize) -> Option<i64> {
+    match ctx.const_input(node, i)?.to_i64_vec()?.as_slice() {
+        [v] => Some(*v),
+        _ => None,
+    }
+}
 
 /// Registers the control-flow ops.
 pub fn register(r: &mut Registry) {
@@ -252,10 +315,27 @@ fn claim_if(cx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
 }
 
 fn lower_if(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
-    let cond = ctx.input(node, 0)?;
     let (then_body, then_args, _) = lower_body(ctx, node, "then_branch", &[])?;
     let (else_body, else_args, _) = lower_body(ctx, node, "else_branch", &[])?;
     let n = node.outputs.len();
+    // A condition known at plan time: the chosen branch's steps join the enclosing plan.
+    if let Some(c) = const_scalar(ctx, node, 0) {
+        let (body, args) = if c != 0 {
+            (&then_body, &then_args)
+        } else {
+            (&else_body, &else_args)
+        };
+        if body.plan.outputs.len() == n
+            && let Some(outs) = inline(ctx, &body.plan, args)?
+        {
+            for (k, o) in outs.into_iter().enumerate() {
+                let dt = body.plan.dtype(body.plan.outputs[k]);
+                ctx.finish(node, k, o, dt)?;
+            }
+            return Ok(());
+        }
+    }
+    let cond = ctx.input(node, 0)?;
     if then_body.plan.outputs.len() != n || else_body.plan.outputs.len() != n {
         invalid!(node, "the branches' output counts differ from the node's");
     }
@@ -378,6 +458,9 @@ fn lower_loop(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
         dtypes.push(Some(ctx.input_dtype(node, 2 + i)?));
     }
     let (body, args, closed) = lower_body(ctx, node, "body", &loop_formal(&dtypes))?;
+    if unroll_loop(ctx, node, &body, &carried, &args, n)? {
+        return Ok(());
+    }
     let mut outs = Vec::with_capacity(n + k);
     for j in 0..n + k {
         let dt = body.plan.dtype(body.plan.outputs[1 + j]);
@@ -407,6 +490,74 @@ fn lower_loop(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
         outs,
     });
     Ok(())
+}
+
+/// Unrolls a Loop whose trip count is a small constant, whose initial condition is absent or
+/// true and whose body returns its condition unchanged: the body's steps are copied once per
+/// iteration (iteration numbers become constants) and scan outputs are stacked with a concat.
+/// Returns whether it did.
+fn unroll_loop(
+    ctx: &mut LowerCtx,
+    node: &Node,
+    body: &SubPlan,
+    carried: &[Slot],
+    args: &[Slot],
+    n: usize,
+) -> Result<bool, PlanError> {
+    let plan = &body.plan;
+    let Some(trips) = const_scalar(ctx, node, 0) else {
+        return Ok(false);
+    };
+    let cond_ok = node.input(1).is_none() || const_scalar(ctx, node, 1).is_some_and(|c| c != 0);
+    let passes_cond = plan.inputs.get(1).map(|i| i.slot) == plan.outputs.first().copied();
+    if !(1..=MAX_UNROLL_TRIPS).contains(&trips)
+        || !cond_ok
+        || !passes_cond
+        || !plan.host.is_empty()
+        || plan.steps.len() * trips as usize > MAX_UNROLL_STEPS
+        || plan.steps.iter().any(|s| !s.sub_plans().is_empty())
+    {
+        return Ok(false);
+    }
+    let k = plan.outputs.len() - 1 - n;
+    let mut values = carried.to_vec();
+    let mut stacked: Vec<Vec<Slot>> = vec![Vec::new(); k];
+    let flag = ctx.scalar(DataType::Bool, 1.0)?;
+    for i in 0..trips {
+        let mut inputs = vec![ctx.scalar(DataType::Int64, i as f64)?, flag];
+        inputs.extend_from_slice(&values);
+        inputs.extend_from_slice(args);
+        let Some(outs) = inline(ctx, plan, &inputs)? else {
+            return Ok(false);
+        };
+        values = outs[1..1 + n].to_vec();
+        for (j, o) in outs[1 + n..].iter().enumerate() {
+            let dt = plan.dtype(plan.outputs[1 + n + j]);
+            let one = ctx.temp(dt);
+            ctx.push(Step::Reshape {
+                x: *o,
+                target: ReshapeTarget::Unsqueeze {
+                    axes: ShapeSource::Static(vec![0]),
+                },
+                out: one,
+            });
+            stacked[j].push(one);
+        }
+    }
+    for (j, v) in values.into_iter().enumerate() {
+        let dt = plan.dtype(plan.outputs[1 + j]);
+        ctx.finish(node, j, v, dt)?;
+    }
+    for (j, parts) in stacked.into_iter().enumerate() {
+        let dt = plan.dtype(plan.outputs[1 + n + j]);
+        let out = ctx.output(node, n + j, dt)?;
+        ctx.push(Step::Concat {
+            inputs: parts,
+            axis: 0,
+            out,
+        });
+    }
+    Ok(true)
 }
 
 // ---------------------------------------------------------------------------------------------
