@@ -207,6 +207,36 @@ def test_loop_carried_shape_grows():
     )
 
 
+def test_if_nested_in_loop():
+    """An If inside a Loop body chooses per iteration (on the iteration number's parity) and
+    reads the body's carried value and the outer initializer `k`."""
+    then_g = helper.make_graph([helper.make_node("Mul", ["x_in", "k"], ["t"])], "then", [], [vi("t", F, None)])
+    else_g = helper.make_graph([helper.make_node("Sub", ["x_in", "k"], ["e"])], "else", [], [vi("e", F, None)])
+    body = helper.make_graph(
+        [
+            helper.make_node("Mod", ["i", "two"], ["parity"]),
+            helper.make_node("Equal", ["parity", "zero"], ["even"]),
+            helper.make_node("If", ["even"], ["x_out"], then_branch=then_g, else_branch=else_g),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+        ],
+        "body",
+        [vi("i", I64, []), vi("cond_in", B, []), vi("x_in", F, [2])],
+        [vi("cond_out", B, []), vi("x_out", F, [2]), ],
+    )
+    m = model(
+        [helper.make_node("Loop", ["M", "", "x0"], ["x"], body=body)],
+        [vi("M", I64, []), vi("x0", F, [2])],
+        [vi("x", F, [2])],
+        [
+            numpy_helper.from_array(np.float32(1.5), "k"),
+            numpy_helper.from_array(np.int64(2), "two"),
+            numpy_helper.from_array(np.int64(0), "zero"),
+        ],
+    )
+    for trips in (0, 1, 4, 7):
+        check(m, {"M": np.array(trips, np.int64), "x0": np.array([1.0, -3.0], np.float32)})
+
+
 @pytest.mark.parametrize("trips", [1, 5, 40])
 def test_loop_constant_trip_count(trips):
     """A constant trip count with a pass-through condition: small counts are unrolled into the

@@ -298,3 +298,12 @@ fn constant_condition_inlines_the_branch() {
     );
     assert_eq!(count(&p, |s| matches!(s, Step::Binary { .. })), 1, "{p}");
 }
+
+#[test]
+fn body_reading_an_undefined_value_is_declined() {
+    let mut g = if_graph("Mul");
+    if let Some(Attribute::Graph(b)) = g.g.nodes[0].attributes.get_mut("then_branch") {
+        b.nodes[0].inputs[1] = "nowhere".into();
+    }
+    declined(&g, 0, "no enclosing scope");
+}
