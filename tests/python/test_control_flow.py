@@ -22,6 +22,7 @@ from conftest import (
     assert_all_on_mlx,
     assert_outputs_match,
     make_session,
+    mlx_ep_devices,
     placements,
     run,
 )
@@ -485,6 +486,26 @@ def test_greedy_decode_loop():
     for bos in range(4):
         h0 = rng.standard_normal((1, hidden)).astype(np.float32)
         check(m, {"bos": np.array([bos], np.int64), "h0": h0}, rtol=1e-4, atol=1e-5)
+
+
+def test_greedy_decode_compiles_to_an_epcontext_model(tmp_path):
+    """The plan with its loop body survives a compiled (EPContext) model round trip."""
+    m, hidden = greedy_decode_model()
+    source, compiled = tmp_path / "m.onnx", tmp_path / "m_ctx.onnx"
+    onnx.save(m, source)
+    options = ort.SessionOptions()
+    options.add_session_config_entry("ep.context_enable", "1")
+    options.add_session_config_entry("ep.context_file_path", str(compiled))
+    options.add_provider_for_devices(mlx_ep_devices(), {})
+    feeds = {"bos": np.array([2], np.int64), "h0": np.full((1, hidden), 0.5, np.float32)}
+    first = run(ort.InferenceSession(str(source), sess_options=options), feeds)
+    assert [n.op_type for n in onnx.load(str(compiled)).graph.node] == ["EPContext"]
+    options = ort.SessionOptions()
+    options.add_provider_for_devices(mlx_ep_devices(), {})
+    again = run(ort.InferenceSession(str(compiled), sess_options=options), feeds)
+    expected = run(make_session(m, mlx=False), feeds)
+    assert_outputs_match(first, expected, rtol=1e-4, atol=1e-5)
+    assert_outputs_match(again, expected, rtol=1e-4, atol=1e-5)
 
 
 # ---------------------------------------------------------------------------------------------
