@@ -508,6 +508,27 @@ def test_greedy_decode_compiles_to_an_epcontext_model(tmp_path):
     assert_outputs_match(again, expected, rtol=1e-4, atol=1e-5)
 
 
+def test_bodies_run_compiled_when_the_session_compiles():
+    """With compile=1 the bodies run through their own compiled closures (per input shapes);
+    results are the same."""
+    m, hidden = greedy_decode_model()
+    vad, (frames, feat, hidden_v) = vad_model()
+    rng = np.random.default_rng(6)
+    cases = [
+        (m, {"bos": np.array([1], np.int64), "h0": rng.standard_normal((1, hidden)).astype(np.float32)}),
+        (vad, {"frames": rng.standard_normal((frames, 1, feat)).astype(np.float32),
+               "state": rng.standard_normal((2, 1, 1, hidden_v)).astype(np.float32) * 0.1}),
+        (scan_model(0, 1, 0, 1), {"s0": np.zeros(3, np.float32), "x": np.arange(12, dtype=np.float32).reshape(4, 3)}),
+        (loop_model(True, True), {"acc0": np.array([0.5, -1.0], np.float32), "M": np.array(20, np.int64), "c0": np.array(True)}),
+    ]
+    for model_, feeds in cases:
+        expected = run(make_session(model_, mlx=False), feeds)
+        session = make_session(model_, ep_options={"compile": "1"})
+        for _ in range(2):
+            assert_outputs_match(run(session, feeds), expected, rtol=1e-4, atol=1e-5)
+        assert_all_on_mlx(session)
+
+
 # ---------------------------------------------------------------------------------------------
 # Declines
 

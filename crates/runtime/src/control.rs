@@ -7,6 +7,7 @@ use mlx::{Array, Stream, ops};
 use onnx_ir::TensorData;
 use plan::{Slot, Step};
 
+use crate::compiled::SlotChoice;
 use crate::dtype::{to_mlx, to_onnx};
 use crate::interpreter::{Slots, read_ints};
 use crate::{Program, RuntimeError};
@@ -42,8 +43,10 @@ fn host_tensor(a: &Array, s: &Stream) -> Option<TensorData> {
     TensorData::new(dtype, shape_i64(&a), a.as_bytes().ok()?.to_vec()).ok()
 }
 
-/// Runs a sub-program on `inputs` (in its plan's input order), returning its outputs.
-fn call(prog: &Program, inputs: Vec<Array>, s: &Stream) -> Result<Vec<Array>, RuntimeError> {
+/// Runs a sub-program on `inputs` (in its plan's input order), returning its outputs: through
+/// its compiled closure for these input shapes when the session compiles and the body allows
+/// it, else eagerly.
+fn call(prog: &Arc<Program>, inputs: Vec<Array>, s: &Stream) -> Result<Vec<Array>, RuntimeError> {
     if inputs.len() != prog.plan.inputs.len() {
         return Err(RuntimeError(format!(
             "a body takes {} inputs, {} were given",
@@ -54,7 +57,26 @@ fn call(prog: &Program, inputs: Vec<Array>, s: &Stream) -> Result<Vec<Array>, Ru
     let shapes: Vec<Vec<i64>> = inputs.iter().map(shape_i64).collect();
     let value_of = |i: usize| inputs.get(i).and_then(|a| host_tensor(a, s));
     let host = prog.host_binding(&shapes, &value_of)?;
-    let mut outs = prog.trace(inputs, &host, None, s)?;
+    let compiled = match prog.body_cache() {
+        Some((cache, device)) => {
+            let mut cache = cache.lock();
+            match cache.slot_for(prog, &shapes, &host) {
+                // A body's closure is keyed by its input shapes (no decode path for bodies).
+                Some(choice @ SlotChoice::Keyed(..)) => {
+                    Some(cache.run(choice, prog, *device, &inputs, host.clone())?)
+                }
+                _ => None,
+            }
+        }
+        None => None,
+    };
+    let mut outs = match compiled {
+        Some(outs) => {
+            log::trace!("a body ran through its compiled closure");
+            outs
+        }
+        None => prog.trace(inputs, &host, None, s)?,
+    };
     if prog.has_status() {
         let status = outs
             .pop()

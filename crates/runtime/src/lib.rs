@@ -153,6 +153,9 @@ pub(crate) struct Program {
     /// The programs of the sub-plans of steps that hold some (branches, repeated bodies), by
     /// step index, in [`plan::Step::sub_plans`] order.
     subs: HashMap<usize, Vec<Arc<Program>>>,
+    /// For a sub-program (a body): its compiled closures, bounded like an executable's, and
+    /// the device they compile for; `None` for the top-level program.
+    body_cache: Option<(Mutex<CompiledCache>, DeviceKind)>,
 }
 
 impl Program {
@@ -446,8 +449,15 @@ fn uses_f64(plan: &Plan) -> bool {
 
 impl Program {
     /// Prepares a plan and, recursively, the sub-plans its steps hold: creates (or shares)
-    /// the constants.
-    fn build(plan: Plan, share_initializers: bool, on_gpu: bool) -> Result<Program, RuntimeError> {
+    /// the constants. `compile` (whether to compile, for which device) applies to the bodies,
+    /// which keep their own closure caches (`is_body`).
+    fn build(
+        plan: Plan,
+        share_initializers: bool,
+        on_gpu: bool,
+        compile: (bool, DeviceKind),
+        is_body: bool,
+    ) -> Result<Program, RuntimeError> {
         let plan = contrib::prepare_plan(plan, on_gpu);
         let pool = InitializerPool::<FrozenArray>::global();
         let constants = plan
@@ -483,12 +493,13 @@ impl Program {
             let programs = bodies
                 .into_iter()
                 .map(|b| {
-                    Program::build((*b.plan).clone(), share_initializers, on_gpu).map(Arc::new)
+                    Program::build((*b.plan).clone(), share_initializers, on_gpu, compile, true)
+                        .map(Arc::new)
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             subs.insert(i, programs);
         }
-        Ok(Program {
+        let mut program = Program {
             release_after: release_schedule(&plan),
             guarded: plan.steps.iter().any(|step| guard::may_flag(&plan, step)),
             value_inputs,
@@ -496,7 +507,18 @@ impl Program {
             plan,
             constants,
             subs,
-        })
+            body_cache: None,
+        };
+        if is_body {
+            let cache = CompiledCache::new(&program, compile.0, None);
+            program.body_cache = Some((Mutex::new(cache), compile.1));
+        }
+        Ok(program)
+    }
+
+    /// For a sub-program: its compiled-closure cache and device (see `control`).
+    pub(crate) fn body_cache(&self) -> Option<&(Mutex<CompiledCache>, DeviceKind)> {
+        self.body_cache.as_ref()
     }
 }
 
@@ -510,12 +532,14 @@ impl Executable {
             DeviceKind::Gpu if !uses_f64 && gpu_available() => DeviceKind::Gpu,
             _ => DeviceKind::Cpu,
         };
+        let compile = options.compile.unwrap_or(device == DeviceKind::Gpu);
         let program = Program::build(
             plan,
             options.share_initializers,
             options.device == DeviceKind::Gpu && gpu_available(),
+            (compile, device),
+            false,
         )?;
-        let compile = options.compile.unwrap_or(device == DeviceKind::Gpu);
         let compiled = CompiledCache::new(&program, compile, options.compile_cache_capacity);
         log::info!(
             "executable: {} step(s) on the {device:?} stream, compile class {:?}, compile {}",
