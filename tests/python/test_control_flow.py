@@ -106,6 +106,29 @@ def test_if_branch_output_shapes_differ(sign):
     assert z.shape == ((1, 12) if sign > 0 else (3, 4))
 
 
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_if_device_condition_selects_with_where(sign):
+    """A condition computed on the device with two cheap elementwise branches of the same
+    declared shape: both are computed and `where` selects (no host read); NaNs of the branch
+    not taken don't leak."""
+    then_g = helper.make_graph([helper.make_node("Log", ["x"], ["t"])], "then", [], [vi("t", F, [2, 3])])
+    else_g = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["e0"]), helper.make_node("Exp", ["e0"], ["e"])], "else", [], [vi("e", F, [2, 3])]
+    )
+    m = model(
+        [
+            helper.make_node("ReduceMin", ["x"], ["lo"], keepdims=0),
+            const("zero", np.float32(0)),
+            helper.make_node("Greater", ["lo", "zero"], ["c"]),
+            helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g),
+        ],
+        [vi("x", F, [2, 3])],
+        [vi("y", F, [2, 3])],
+    )
+    x = (np.arange(6, dtype=np.float32).reshape(2, 3) + 0.5) * sign
+    check(m, {"x": x})
+
+
 def test_nested_if():
     """An If inside a branch of an If; the inner branch reads a value of the outermost scope."""
     inner_then = helper.make_graph([helper.make_node("Mul", ["x", "x"], ["it"])], "it", [], [vi("it", F, None)])

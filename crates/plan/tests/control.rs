@@ -307,3 +307,36 @@ fn body_reading_an_undefined_value_is_declined() {
     }
     declined(&g, 0, "no enclosing scope");
 }
+
+#[test]
+fn device_condition_with_cheap_branches_selects_with_where() {
+    let mut g = G::new(17);
+    g.input("x", DataType::Float, &[2, 3]);
+    g.init_f32("zero", &[], &[0.0]);
+    g.value("s", DataType::Float, &[]);
+    g.value("c", DataType::Bool, &[]);
+    g.node("ReduceSum", &["x"], &["s"])
+        .attributes
+        .insert("keepdims".into(), int(0));
+    g.node("Greater", &["s", "zero"], &["c"]);
+    g.output_any("y", DataType::Float);
+    let then_b = body(&[], &[], |b| {
+        b.output("t", DataType::Float, &[2, 3]);
+        b.node("Exp", &["x"], &["t"]);
+    });
+    let else_b = body(&[], &[], |b| {
+        b.output("e", DataType::Float, &[2, 3]);
+        b.node("Neg", &["x"], &["e"]);
+    });
+    let n = g.node("If", &["c"], &["y"]);
+    n.attributes.insert("then_branch".into(), then_b);
+    n.attributes.insert("else_branch".into(), else_b);
+    claim(&g, 2).unwrap();
+    let p = plan_of(&g.build());
+    assert!(
+        !p.steps.iter().any(|s| matches!(s, Step::Branch { .. })),
+        "{p}"
+    );
+    assert_eq!(count(&p, |s| matches!(s, Step::Where { .. })), 1, "{p}");
+    assert_ne!(p.compile_class(), CompileClass::Eager, "{p}");
+}

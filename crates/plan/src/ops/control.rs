@@ -315,8 +315,8 @@ fn claim_if(cx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
 }
 
 fn lower_if(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
-    let (then_body, then_args, _) = lower_body(ctx, node, "then_branch", &[])?;
-    let (else_body, else_args, _) = lower_body(ctx, node, "else_branch", &[])?;
+    let (then_body, then_args, then_graph) = lower_body(ctx, node, "then_branch", &[])?;
+    let (else_body, else_args, else_graph) = lower_body(ctx, node, "else_branch", &[])?;
     let n = node.outputs.len();
     // A condition known at plan time: the chosen branch's steps join the enclosing plan.
     if let Some(c) = const_scalar(ctx, node, 0) {
@@ -339,6 +339,17 @@ fn lower_if(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     if then_body.plan.outputs.len() != n || else_body.plan.outputs.len() != n {
         invalid!(node, "the branches' output counts differ from the node's");
     }
+    if select_on_device(
+        ctx,
+        node,
+        [
+            (&then_body, &then_args, &then_graph),
+            (&else_body, &else_args, &else_graph),
+        ],
+        cond,
+    )? {
+        return Ok(());
+    }
     let mut outs = Vec::with_capacity(n);
     for k in 0..n {
         let dt = then_body.plan.dtype(then_body.plan.outputs[k]);
@@ -360,6 +371,86 @@ fn lower_if(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
         outs,
     });
     Ok(())
+}
+
+/// The most steps a branch may have to be computed along with the other one.
+const MAX_SELECT_STEPS: usize = 16;
+
+/// For a condition computed on the device (not a graph input): when both branches are a few
+/// elementwise steps that cannot fail, with the same fixed output shapes declared, computes
+/// both and selects each output with `where` (no host read; the plan stays compilable).
+/// Returns whether it did.
+fn select_on_device(
+    ctx: &mut LowerCtx,
+    node: &Node,
+    branches: [(&SubPlan, &Vec<Slot>, &Graph); 2],
+    cond: Slot,
+) -> Result<bool, PlanError> {
+    let Some(cond_name) = node.input(0) else {
+        return Ok(false);
+    };
+    if ctx.graph().inputs.iter().any(|i| i.name == cond_name) {
+        return Ok(false);
+    }
+    let cheap = |s: &Step| match s {
+        Step::Unary { .. } | Step::Where { .. } | Step::AsType { .. } => true,
+        Step::Binary { op, .. } => !matches!(
+            op,
+            crate::BinaryOp::Divide | crate::BinaryOp::FloorDivide | crate::BinaryOp::Remainder
+        ),
+        _ => false,
+    };
+    for (sub, _, _) in &branches {
+        let p = &sub.plan;
+        if !p.host.is_empty() || p.steps.len() > MAX_SELECT_STEPS || !p.steps.iter().all(cheap) {
+            return Ok(false);
+        }
+    }
+    let n = node.outputs.len();
+    let mut shapes = Vec::with_capacity(n);
+    for k in 0..n {
+        let shape = |g: &Graph| g.outputs.get(k).and_then(|v| v.fixed_shape());
+        match (shape(branches[0].2), shape(branches[1].2)) {
+            (Some(a), Some(b)) if a == b => shapes.push(a),
+            _ => return Ok(false),
+        }
+    }
+    let mut outs = Vec::with_capacity(2);
+    for (sub, args, _) in &branches {
+        match inline(ctx, &sub.plan, args)? {
+            Some(o) => outs.push(o),
+            None => return Ok(false),
+        }
+    }
+    let flag = ctx.temp(DataType::Bool);
+    ctx.push(Step::Reshape {
+        x: cond,
+        target: ReshapeTarget::Fixed(Vec::new()),
+        out: flag,
+    });
+    for (k, shape) in shapes.into_iter().enumerate() {
+        let dt = branches[0].0.plan.dtype(branches[0].0.plan.outputs[k]);
+        // Each side is pinned to the declared shape, so a branch that disagrees fails
+        // instead of broadcasting.
+        let mut sides = [Slot(0); 2];
+        for (side, o) in sides.iter_mut().zip([outs[0][k], outs[1][k]]) {
+            let pinned = ctx.temp(dt);
+            ctx.push(Step::Reshape {
+                x: o,
+                target: ReshapeTarget::Fixed(shape.clone()),
+                out: pinned,
+            });
+            *side = pinned;
+        }
+        let out = ctx.output(node, k, dt)?;
+        ctx.push(Step::Where {
+            cond: flag,
+            x: sides[0],
+            y: sides[1],
+            out,
+        });
+    }
+    Ok(true)
 }
 
 // ---------------------------------------------------------------------------------------------
