@@ -361,7 +361,7 @@ unsafe extern "system" fn get_capability(
             .as_deref()
             .filter(|op| !CONTROL_FLOW_OPS.contains(op))
             .map(|op| format!("the graph is the body of a {op}, which ORT inlines"))
-            .or(parent_on_mlx);
+            .or(parent_on_mlx.clone());
         // A function body's nodes are counted where ORT inlines them, not here.
         let inlined_body = refusal.is_some();
         if refusal.is_none() && api.host_minor == 23 && !partition.clusters.is_empty() {
@@ -374,7 +374,12 @@ unsafe extern "system" fn get_capability(
         if let Some(why) = &refusal
             && !partition.clusters.is_empty()
         {
-            log::warn!("leaving graph '{}' to ORT: {why}", g.name);
+            if parent_on_mlx.is_some() {
+                // Not a loss: the parent's fused node runs this body.
+                log::debug!("leaving graph '{}' to its parent: {why}", g.name);
+            } else {
+                log::warn!("leaving graph '{}' to ORT: {why}", g.name);
+            }
             partition.clusters.clear();
         }
         if !partition.clusters.is_empty() {
