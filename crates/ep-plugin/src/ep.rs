@@ -286,19 +286,48 @@ unsafe extern "system" fn get_capability(
         );
         // With the device memory declared, ORT copies nothing out of it for the body of a
         // control-flow node it runs (see `device_memory`).
-        let in_cpu_control_flow = parent
+        let in_control_flow = parent
             .as_deref()
             .is_some_and(|op| CONTROL_FLOW_OPS.contains(&op));
+        // A body whose If/Loop/Scan this EP claims whole (bodies included) claims nothing
+        // itself: the parent's fused node runs it.
+        let parent_on_mlx = if in_control_flow {
+            parent_claim(api, ep, graph, &read.graph)?
+        } else {
+            None
+        };
+        let in_cpu_control_flow = in_control_flow && parent_on_mlx.is_none();
         let held_back = if in_cpu_control_flow && crate::device_memory::enabled() {
             hold_back_output_producers(&mut read.graph)
         } else {
             HashSet::new()
         };
+        let mut partition = plan::partition_plannable(&read.graph, &ep.registry);
+        // ORT 1.23 gives a fused node no inputs for what its nodes' bodies read from outside.
+        let mut unfed: HashMap<String, String> = HashMap::new();
+        if api.host_minor == 23 {
+            for _ in 0..8 {
+                let found = unfed_bodies(&read.graph, &partition);
+                if found.is_empty() {
+                    break;
+                }
+                for (i, value) in found {
+                    let node = &mut read.graph.nodes[i];
+                    node.domain = FOREIGN_DOMAIN.to_string();
+                    unfed.insert(node.name.clone(), value);
+                }
+                partition = plan::partition_plannable(&read.graph, &ep.registry);
+            }
+        }
         let g = &read.graph;
-        let mut partition = plan::partition_plannable(g, &ep.registry);
         for d in &mut partition.declines {
             if let Some(other) = foreign.get(&d.node) {
                 d.reason = format!("already assigned to {other}");
+            } else if let Some(value) = unfed.get(&d.node) {
+                d.reason = format!(
+                    "a body reads '{value}' from the enclosing graph, which ONNX Runtime 1.23 \
+                     does not pass to a fused node"
+                );
             } else if held_back.contains(&d.node) {
                 d.reason = format!(
                     "produces an output of the {} body that ORT's CPU EP runs (ORT would not \
@@ -331,7 +360,8 @@ unsafe extern "system" fn get_capability(
         let mut refusal = parent
             .as_deref()
             .filter(|op| !CONTROL_FLOW_OPS.contains(op))
-            .map(|op| format!("the graph is the body of a {op}, which ORT inlines"));
+            .map(|op| format!("the graph is the body of a {op}, which ORT inlines"))
+            .or(parent_on_mlx.clone());
         // A function body's nodes are counted where ORT inlines them, not here.
         let inlined_body = refusal.is_some();
         if refusal.is_none() && api.host_minor == 23 && !partition.clusters.is_empty() {
@@ -344,7 +374,12 @@ unsafe extern "system" fn get_capability(
         if let Some(why) = &refusal
             && !partition.clusters.is_empty()
         {
-            log::warn!("leaving graph '{}' to ORT: {why}", g.name);
+            if parent_on_mlx.is_some() {
+                // Not a loss: the parent's fused node runs this body.
+                log::debug!("leaving graph '{}' to its parent: {why}", g.name);
+            } else {
+                log::warn!("leaving graph '{}' to ORT: {why}", g.name);
+            }
             partition.clusters.clear();
         }
         if !partition.clusters.is_empty() {
@@ -488,6 +523,75 @@ fn parent_op(api: &Api, graph: *const OrtGraph) -> Result<Option<String>, EpErro
     )?;
     // SAFETY: NUL-terminated from ORT.
     Ok(Some(unsafe { crate::api::cstr_lossy(op) }))
+}
+
+/// The clustered nodes (index, one such value) whose bodies read a value from outside their
+/// cluster that no node of the cluster reads as an ordinary input and that is no constant:
+/// ORT 1.23 would not pass it to the fused node.
+fn unfed_bodies(g: &Graph, partition: &plan::Partition) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    for cluster in &partition.clusters {
+        let mut fed: HashSet<&str> = HashSet::new();
+        for &i in &cluster.nodes {
+            let n = &g.nodes[i];
+            fed.extend(n.inputs.iter().chain(&n.outputs).map(String::as_str));
+        }
+        for &i in &cluster.nodes {
+            let n = &g.nodes[i];
+            let missing = Graph::subgraphs_of(n)
+                .into_iter()
+                .flat_map(|(_, b)| b.outer_references())
+                .find(|r| !fed.contains(r.as_str()) && !g.initializers.contains_key(r));
+            if let Some(value) = missing {
+                out.push((i, value));
+            }
+        }
+    }
+    out
+}
+
+/// When `graph` is a body of an If/Loop/Scan node that this EP claims whole, the reason its
+/// own nodes are left alone; `None` when the parent stays on ORT's CPU EP (or there is none).
+fn parent_claim(
+    api: &Api,
+    ep: &Ep,
+    graph: *const OrtGraph,
+    body: &Graph,
+) -> Result<Option<String>, EpError> {
+    let mut parent: *const OrtNode = ptr::null();
+    // SAFETY: live graph.
+    api.check(
+        unsafe { (api.ort.Graph_GetParentNode)(graph, &mut parent) },
+        "Graph_GetParentNode",
+    )?;
+    if parent.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: the parent node is live for this callback.
+    let mut alone = match unsafe { crate::graph_reader::read_node_alone(api, parent) } {
+        Ok(g) => g,
+        Err(e) => {
+            log::debug!("reading the parent of '{}' failed: {e}", body.name);
+            return Ok(None);
+        }
+    };
+    alone.opset_imports = body.opset_imports.clone();
+    let node = &alone.nodes[0];
+    Ok(match ep.registry.claim(&alone, node) {
+        Ok(()) => Some(format!(
+            "the graph is a body of {} '{}', which runs on MLX with its bodies",
+            node.op_type, node.name
+        )),
+        Err(d) => {
+            log::debug!(
+                "the {} '{}' holding '{}' stays on ORT's CPU EP: {d}",
+                node.op_type,
+                node.name,
+                body.name
+            );
+            None
+        }
+    })
 }
 
 /// Why ORT 1.23 can't take this graph's clusters, if it can't.

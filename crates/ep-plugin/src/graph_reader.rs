@@ -525,6 +525,17 @@ impl Reader<'_> {
                     "Node_GetSubgraphs",
                 )
                 .map_err(ctx)?;
+                if self.scope == Scope::Closed {
+                    // Outer values the bodies read: their types, and constants to copy in.
+                    let implicit = get_list(
+                        api,
+                        "Node_GetImplicitInputs",
+                        |n| (o.Node_GetNumImplicitInputs)(node, n),
+                        |p, n| (o.Node_GetImplicitInputs)(node, p, n),
+                    )
+                    .map_err(ctx)?;
+                    pending.extend(implicit.into_iter().filter(|p| !p.is_null()));
+                }
                 for (sub, attr_name) in subs.into_iter().zip(names) {
                     let attr_name = cstr_lossy(attr_name);
                     let value = match read_graph(api, sub, Scope::Nested) {
@@ -659,20 +670,20 @@ pub unsafe fn read_graph(
                 .collect();
             let mut extra: Vec<ValueInfo> = Vec::new();
             let mut have: HashSet<String> = ir.inputs.iter().map(|v| v.name.clone()).collect();
-            for n in &ir.nodes {
-                for i in n.inputs.iter().filter(|s| !s.is_empty()) {
-                    if produced.contains(i.as_str())
-                        || ir.initializers.contains_key(i)
-                        || have.contains(i)
-                    {
-                        continue;
-                    }
-                    have.insert(i.clone());
-                    extra.push(types.remove(i).unwrap_or_else(|| ValueInfo {
-                        name: i.clone(),
-                        ..ValueInfo::default()
-                    }));
+            // Node inputs and what the nodes' bodies read from outside, in first-use order.
+            for i in ir.outer_references() {
+                if produced.contains(i.as_str())
+                    || ir.initializers.contains_key(&i)
+                    || have.contains(&i)
+                    || ir.outputs.iter().any(|o| o.name == i)
+                {
+                    continue;
                 }
+                have.insert(i.clone());
+                extra.push(types.remove(&i).unwrap_or_else(|| ValueInfo {
+                    name: i.clone(),
+                    ..ValueInfo::default()
+                }));
             }
             ir.inputs.extend(extra);
         }
@@ -680,6 +691,41 @@ pub unsafe fn read_graph(
 
         Ok(ReadGraph { graph: ir, nodes })
     }
+}
+
+/// One node as a graph of its own: the node (with its bodies), its inputs and the outer values
+/// its bodies read as graph inputs (constant initializers copied in), its outputs as graph
+/// outputs. Opset imports are left to the caller.
+///
+/// # Safety
+/// `node` must be a live `OrtNode` (valid for the current callback).
+pub unsafe fn read_node_alone(api: &Api, node: *const OrtNode) -> Result<Graph, EpError> {
+    let reader = Reader {
+        api,
+        scope: Scope::Closed,
+    };
+    let mut pending = Vec::new();
+    let mut g = Graph::default();
+    // SAFETY: live node; the handles reached from it are live for the callback.
+    unsafe {
+        let n = reader.read_node(node, &mut pending)?;
+        let mut seen = HashSet::new();
+        for vi in pending {
+            let name = value_name(api, vi)?;
+            if !seen.insert(name.clone()) || reader.maybe_read_initializer(vi, &mut g)? {
+                continue;
+            }
+            let info = value_info(api, vi)?;
+            if n.outputs.contains(&name) {
+                g.outputs.push(info);
+            } else {
+                g.inputs.push(info);
+            }
+        }
+        g.name = n.name.clone();
+        g.nodes.push(n);
+    }
+    Ok(g)
 }
 
 impl Reader<'_> {

@@ -353,6 +353,20 @@ unsafe extern "system" fn node_num_subgraphs(n: *const OrtNode, out: *mut usize)
     unsafe { *out = node(n).subgraphs.len() };
     ok()
 }
+unsafe extern "system" fn node_num_implicit_inputs(
+    _n: *const OrtNode,
+    out: *mut usize,
+) -> OrtStatusPtr {
+    unsafe { *out = 0 };
+    ok()
+}
+unsafe extern "system" fn node_implicit_inputs(
+    _n: *const OrtNode,
+    _out: *mut *const OrtValueInfo,
+    _cap: usize,
+) -> OrtStatusPtr {
+    ok()
+}
 unsafe extern "system" fn node_subgraphs(
     n: *const OrtNode,
     out: *mut *const OrtGraph,
@@ -487,6 +501,8 @@ pub fn mock_api(host_minor: u32) -> Api {
     o.Node_GetAttributes = node_attrs;
     o.Node_GetNumSubgraphs = node_num_subgraphs;
     o.Node_GetSubgraphs = node_subgraphs;
+    o.Node_GetNumImplicitInputs = node_num_implicit_inputs;
+    o.Node_GetImplicitInputs = node_implicit_inputs;
     o.OpAttr_GetName = attr_name;
     o.OpAttr_GetType = attr_type;
     o.ReadOpAttr = read_op_attr;

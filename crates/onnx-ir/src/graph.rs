@@ -301,7 +301,13 @@ impl Graph {
         let mut indegree = vec![0usize; self.nodes.len()];
         let mut consumers: Vec<Vec<usize>> = vec![Vec::new(); self.nodes.len()];
         for (i, n) in self.nodes.iter().enumerate() {
-            for input in n.inputs.iter().filter(|s| !s.is_empty()) {
+            // Values the node's bodies read from this graph are dependencies too.
+            let implicit: Vec<String> = Graph::subgraphs_of(n)
+                .into_iter()
+                .flat_map(|(_, g)| g.outer_references())
+                .filter(|r| producer.contains_key(r.as_str()) && !n.inputs.contains(r))
+                .collect();
+            for input in n.inputs.iter().chain(&implicit).filter(|s| !s.is_empty()) {
                 if let Some(&p) = producer.get(input.as_str()) {
                     indegree[i] += 1;
                     consumers[p].push(i);
@@ -334,6 +340,56 @@ impl Graph {
             return Err(IrError::Cycle);
         }
         Ok(order)
+    }
+
+    /// The graphs held by `node`'s attributes (If branches, Loop and Scan bodies).
+    pub fn subgraphs_of(node: &Node) -> Vec<(&str, &Graph)> {
+        let mut out = Vec::new();
+        for (name, a) in &node.attributes {
+            match a {
+                Attribute::Graph(g) => out.push((name.as_str(), g.as_ref())),
+                Attribute::Graphs(gs) => out.extend(gs.iter().map(|g| (name.as_str(), g))),
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// Values this graph reads from enclosing scopes, in first-use order: names its nodes
+    /// (and their nested subgraphs, recursively) and its outputs read but that neither its
+    /// inputs, its initializers nor its nodes define.
+    pub fn outer_references(&self) -> Vec<String> {
+        let mut defined: HashSet<&str> = self.inputs.iter().map(|v| v.name.as_str()).collect();
+        defined.extend(self.initializers.keys().map(String::as_str));
+        for n in &self.nodes {
+            defined.extend(
+                n.outputs
+                    .iter()
+                    .filter(|o| !o.is_empty())
+                    .map(String::as_str),
+            );
+        }
+        let mut seen = HashSet::new();
+        let mut out = Vec::new();
+        let mut note = |name: &str, out: &mut Vec<String>| {
+            if !name.is_empty() && !defined.contains(name) && seen.insert(name.to_string()) {
+                out.push(name.to_string());
+            }
+        };
+        for n in &self.nodes {
+            for i in &n.inputs {
+                note(i, &mut out);
+            }
+            for (_, g) in Graph::subgraphs_of(n) {
+                for r in g.outer_references() {
+                    note(&r, &mut out);
+                }
+            }
+        }
+        for o in &self.outputs {
+            note(&o.name, &mut out);
+        }
+        out
     }
 
     /// Node indices in topological order; see [`Graph::topological_order_with_outer`].
@@ -381,6 +437,29 @@ mod tests {
         let mut g = chain();
         g.nodes[1].inputs[0] = "b".into();
         assert_eq!(g.topological_order(), Err(IrError::Cycle));
+    }
+
+    #[test]
+    fn outer_references_follow_nested_graphs() {
+        let mut inner = Graph::default();
+        inner.nodes.push(Node::new("Add", ["a", "outer2"], ["b"]));
+        inner
+            .outputs
+            .push(ValueInfo::new("b", DataType::Float, vec![]));
+        let mut body = Graph::default();
+        body.nodes.push(Node::new("Relu", ["outer1"], ["a"]));
+        body.nodes.push(
+            Node::new("If", ["c"], ["r"])
+                .with_attr("then_branch", Attribute::Graph(Box::new(inner))),
+        );
+        body.outputs
+            .push(ValueInfo::new("r", DataType::Float, vec![]));
+        body.outputs
+            .push(ValueInfo::new("outer3", DataType::Float, vec![]));
+        assert_eq!(
+            body.outer_references(),
+            vec!["outer1", "c", "outer2", "outer3"]
+        );
     }
 
     #[test]

@@ -189,35 +189,14 @@ fn edges(graph: &Graph) -> (Vec<Vec<usize>>, Vec<Vec<usize>>) {
     (preds, succs)
 }
 
-/// Outer-scope values read by a node's subgraphs (If/Loop bodies), which are dependencies too.
+/// Outer-scope values read by a node's subgraphs (If/Loop bodies, nested ones included),
+/// which are dependencies too.
 fn implicit_inputs(node: &onnx_ir::Node) -> Vec<String> {
-    use onnx_ir::Attribute;
-    let mut out = Vec::new();
-    for a in node.attributes.values() {
-        let graphs: Vec<&Graph> = match a {
-            Attribute::Graph(g) => vec![g.as_ref()],
-            Attribute::Graphs(gs) => gs.iter().collect(),
-            _ => continue,
-        };
-        for g in graphs {
-            let defined: HashSet<&str> = g
-                .inputs
-                .iter()
-                .map(|v| v.name.as_str())
-                .chain(g.initializers.keys().map(String::as_str))
-                .chain(
-                    g.nodes
-                        .iter()
-                        .flat_map(|n| n.outputs.iter().map(String::as_str)),
-                )
-                .collect();
-            for n in &g.nodes {
-                for i in n.inputs.iter().filter(|s| !s.is_empty()) {
-                    if !defined.contains(i.as_str()) {
-                        out.push(i.clone());
-                    }
-                }
-                out.extend(implicit_inputs(n));
+    let mut out: Vec<String> = Vec::new();
+    for (_, g) in Graph::subgraphs_of(node) {
+        for r in g.outer_references() {
+            if !out.contains(&r) {
+                out.push(r);
             }
         }
     }
@@ -255,7 +234,14 @@ pub fn cluster_graph(graph: &Graph, cluster: &Cluster) -> Graph {
     for &i in &cluster.nodes {
         let node = &graph.nodes[i];
         g.nodes.push(node.clone());
-        for input in node.inputs.iter().filter(|s| !s.is_empty()) {
+        let reads: Vec<String> = node
+            .inputs
+            .iter()
+            .filter(|s| !s.is_empty())
+            .cloned()
+            .chain(implicit_inputs(node))
+            .collect();
+        for input in &reads {
             if produced.contains(input.as_str()) || !seen_inputs.insert(input.clone()) {
                 continue;
             }
@@ -271,11 +257,11 @@ pub fn cluster_graph(graph: &Graph, cluster: &Cluster) -> Graph {
     for &i in &cluster.nodes {
         for out in graph.nodes[i].outputs.iter().filter(|s| !s.is_empty()) {
             let used_outside = graph_outputs.contains(out.as_str())
-                || graph
-                    .nodes
-                    .iter()
-                    .enumerate()
-                    .any(|(j, n)| !members.contains(&j) && n.inputs.iter().any(|x| x == out));
+                || graph.nodes.iter().enumerate().any(|(j, n)| {
+                    !members.contains(&j)
+                        && (n.inputs.iter().any(|x| x == out)
+                            || implicit_inputs(n).iter().any(|x| x == out))
+                });
             if used_outside && seen_outputs.insert(out.clone()) {
                 g.outputs.push(info(out));
             }

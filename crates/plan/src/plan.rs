@@ -138,7 +138,7 @@ impl Plan {
             CompileClass::ShapeKeyed
         };
         for s in &self.steps {
-            if s.host_reads().iter().any(|r| !host_bound.contains(r)) {
+            if !s.sub_plans().is_empty() || s.host_reads().iter().any(|r| !host_bound.contains(r)) {
                 return CompileClass::Eager;
             }
             if !s.is_shapeless() {
@@ -186,7 +186,15 @@ impl Plan {
                 .filter(|r| !host_bound.contains(r))
                 .map(|r| self.slots[r.index()].name.as_str())
                 .collect();
-            if !device_reads.is_empty() {
+            if !s.sub_plans().is_empty() {
+                out.push(CompileBlocker {
+                    step: Some(i),
+                    node,
+                    op_type,
+                    limits_to: CompileClass::Eager,
+                    reason: format!("step {kind} runs sub-plans chosen or repeated on the host"),
+                });
+            } else if !device_reads.is_empty() {
                 out.push(CompileBlocker {
                     step: Some(i),
                     node,
@@ -388,6 +396,7 @@ pub(crate) use invalid;
 /// The lowering context: maps ONNX values to slots and collects steps and constants.
 pub struct LowerCtx<'g> {
     graph: &'g Graph,
+    registry: Option<&'g Registry>,
     opset: i64,
     node_name: String,
     values: HashMap<String, Slot>,
@@ -413,6 +422,7 @@ impl<'g> LowerCtx<'g> {
     fn new(graph: &'g Graph) -> Self {
         LowerCtx {
             graph,
+            registry: None,
             opset: 0,
             node_name: String::new(),
             values: HashMap::new(),
@@ -433,6 +443,11 @@ impl<'g> LowerCtx<'g> {
     /// The graph being lowered.
     pub fn graph(&self) -> &'g Graph {
         self.graph
+    }
+
+    /// The registry lowering this graph (for ops whose bodies are plans of their own).
+    pub fn registry(&self) -> Option<&'g Registry> {
+        self.registry
     }
 
     /// The opset version in effect for the current node.
@@ -831,6 +846,7 @@ fn build_plan_with(
 ) -> Result<Plan, PlanError> {
     let order = graph.topological_order()?;
     let mut ctx = LowerCtx::new(graph);
+    ctx.registry = Some(registry);
     for (name, stage) in cones {
         match stage {
             HostStage::BeforeSteps => ctx.force_host.insert(name),
@@ -877,7 +893,9 @@ fn build_plan_with(
                 reason: d.reason,
             })?;
         (entry.claim)(
-            &ClaimCtx::new(graph, opset).with_constants(&ctx.known),
+            &ClaimCtx::new(graph, opset)
+                .with_constants(&ctx.known)
+                .with_registry(registry),
             node,
         )
         .map_err(|d| PlanError::Unsupported {

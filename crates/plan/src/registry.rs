@@ -113,6 +113,7 @@ pub struct ClaimCtx<'g> {
     /// The opset version in effect for the node's domain.
     pub opset: i64,
     constants: Option<&'g HashMap<String, TensorData>>,
+    registry: Option<&'g Registry>,
     /// When set, [`ClaimCtx::expect_dtype`] records each (input, allowed types) it checks
     /// (how `docs` reads an entry's element types from its claim predicate).
     dtype_checks: Option<&'g DtypeChecks>,
@@ -128,8 +129,21 @@ impl<'g> ClaimCtx<'g> {
             graph,
             opset,
             constants: None,
+            registry: None,
             dtype_checks: None,
         }
+    }
+
+    /// Lets claim predicates of ops with bodies check the bodies' nodes with `registry`.
+    pub fn with_registry(mut self, registry: &'g Registry) -> Self {
+        self.registry = Some(registry);
+        self
+    }
+
+    /// The registry claiming the graph, when the caller gave one (see
+    /// [`ClaimCtx::with_registry`]).
+    pub fn registry(&self) -> Option<&'g Registry> {
+        self.registry
     }
 
     /// Records the element-type checks of [`ClaimCtx::expect_dtype`] into `checks`.
@@ -583,7 +597,7 @@ impl Registry {
     /// Whether `node` (of `graph`) is claimed; the reason when not.
     pub fn claim(&self, graph: &Graph, node: &Node) -> Result<(), Decline> {
         let (entry, opset) = self.lookup(graph, node)?;
-        (entry.claim)(&ClaimCtx::new(graph, opset), node)
+        (entry.claim)(&ClaimCtx::new(graph, opset).with_registry(self), node)
     }
 
     /// [`Registry::claim`] with extra known constants (used by the partitioner and planner).
@@ -594,6 +608,11 @@ impl Registry {
         constants: &HashMap<String, TensorData>,
     ) -> Result<(), Decline> {
         let (entry, opset) = self.lookup(graph, node)?;
-        (entry.claim)(&ClaimCtx::new(graph, opset).with_constants(constants), node)
+        (entry.claim)(
+            &ClaimCtx::new(graph, opset)
+                .with_constants(constants)
+                .with_registry(self),
+            node,
+        )
     }
 }

@@ -180,6 +180,11 @@ impl HostReader for Host<'_> {
     }
 }
 
+/// The values of a slot as `i64` (integer or bool arrays), read on the host once per run.
+pub(crate) fn read_ints(slots: &Slots, slot: Slot) -> Result<Vec<i64>, RuntimeError> {
+    Host { slots }.ints(slot).map_err(RuntimeError)
+}
+
 /// `Split` at `points` along `axis` (of length `len`) as dynamic slices: MLX's split and slice
 /// primitives cannot re-infer their shapes in a shapeless compiled closure.
 fn split_in_closure(
@@ -766,6 +771,11 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
             extra::resize_interp(slots.get(*x)?, &a, s)?
         }
         Col2Im { x, spec, .. } => col2im::col2im(slots.get(*x)?, spec, &mut Host { slots }, s)?,
+        Branch { .. } | Repeat { .. } => {
+            return Err(err(
+                "a step with sub-plans runs through its program's sub-programs",
+            ));
+        }
         HostEval { node, args, out } => {
             let values = args
                 .iter()

@@ -8,6 +8,7 @@
 mod compiled;
 mod config;
 mod contrib;
+mod control;
 mod decode;
 pub mod device_memory;
 mod dtype;
@@ -152,6 +153,12 @@ pub(crate) struct Program {
     value_inputs: Vec<usize>,
     /// The slots steps read on the host, in a fixed order (see `HostBinding::read_values`).
     pub(crate) host_read_slots: Vec<Slot>,
+    /// The programs of the sub-plans of steps that hold some (branches, repeated bodies), by
+    /// step index, in [`plan::Step::sub_plans`] order.
+    subs: HashMap<usize, Vec<Arc<Program>>>,
+    /// For a sub-program (a body): its compiled closures, bounded like an executable's, and
+    /// the device they compile for; `None` for the top-level program.
+    body_cache: Option<(Mutex<CompiledCache>, DeviceKind)>,
 }
 
 impl Program {
@@ -280,7 +287,11 @@ impl Program {
         let mut working_set = guard::WorkingSet::new(self.plan.num_slots);
         for (i, (step, release)) in self.plan.steps.iter().zip(&self.release_after).enumerate() {
             slots.flags.step = i;
-            interpreter::execute(step, &mut slots, s).map_err(|e| self.at_step(i, e))?;
+            match self.subs.get(&i) {
+                Some(subs) => control::run(self, step, subs, &mut slots, s),
+                None => interpreter::execute(step, &mut slots, s),
+            }
+            .map_err(|e| self.at_step(i, e))?;
             if let Some(record) = record.as_deref_mut()
                 && !step.is_shapeless()
                 && !step.is_decode_layout()
@@ -429,18 +440,34 @@ fn release_schedule(plan: &Plan) -> Vec<Vec<Slot>> {
     out
 }
 
-impl Executable {
-    /// Prepares a plan: creates (or shares) its constants and chooses the stream.
-    pub fn new(plan: Plan, options: &RuntimeOptions) -> Result<Self, RuntimeError> {
-        init()?;
-        let plan =
-            contrib::prepare_plan(plan, options.device == DeviceKind::Gpu && gpu_available());
+/// True when the plan or one of its sub-plans holds a float64 value.
+fn uses_f64(plan: &Plan) -> bool {
+    plan.slots.iter().any(|s| s.dtype == DataType::Double)
+        || plan
+            .steps
+            .iter()
+            .flat_map(|s| s.sub_plans())
+            .any(|sub| uses_f64(&sub.plan))
+}
+
+impl Program {
+    /// Prepares a plan and, recursively, the sub-plans its steps hold: creates (or shares)
+    /// the constants. `compile` (whether to compile, for which device) applies to the bodies,
+    /// which keep their own closure caches (`is_body`).
+    fn build(
+        plan: Plan,
+        share_initializers: bool,
+        on_gpu: bool,
+        compile: (bool, DeviceKind),
+        is_body: bool,
+    ) -> Result<Program, RuntimeError> {
+        let plan = contrib::prepare_plan(plan, on_gpu);
         let pool = InitializerPool::<FrozenArray>::global();
         let constants = plan
             .constants
             .iter()
             .map(|(slot, t)| {
-                let array = if options.share_initializers {
+                let array = if share_initializers {
                     let key = InitializerKey::new(t.dtype.to_onnx(), &t.dims, &t.bytes);
                     pool.get_or_insert_with(key, || constant_array(t))?
                 } else {
@@ -449,12 +476,6 @@ impl Executable {
                 Ok((*slot, array))
             })
             .collect::<Result<Vec<_>, RuntimeError>>()?;
-        let uses_f64 = plan.slots.iter().any(|s| s.dtype == DataType::Double);
-        // float64 (and a missing GPU) run on the CPU stream.
-        let device = match options.device {
-            DeviceKind::Gpu if !uses_f64 && gpu_available() => DeviceKind::Gpu,
-            _ => DeviceKind::Cpu,
-        };
         let host_read_slots = plan.host_read_slots();
         let value_inputs = plan
             .inputs
@@ -466,15 +487,62 @@ impl Executable {
             })
             .map(|(n, _)| n)
             .collect();
-        let program = Program {
+        let mut subs = HashMap::new();
+        for (i, step) in plan.steps.iter().enumerate() {
+            let bodies = step.sub_plans();
+            if bodies.is_empty() {
+                continue;
+            }
+            let programs = bodies
+                .into_iter()
+                .map(|b| {
+                    Program::build((*b.plan).clone(), share_initializers, on_gpu, compile, true)
+                        .map(Arc::new)
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            subs.insert(i, programs);
+        }
+        let mut program = Program {
             release_after: release_schedule(&plan),
             guarded: plan.steps.iter().any(|step| guard::may_flag(&plan, step)),
             value_inputs,
             host_read_slots,
             plan,
             constants,
+            subs,
+            body_cache: None,
+        };
+        if is_body {
+            let cache = CompiledCache::new(&program, compile.0, None);
+            program.body_cache = Some((Mutex::new(cache), compile.1));
+        }
+        Ok(program)
+    }
+
+    /// For a sub-program: its compiled-closure cache and device (see `control`).
+    pub(crate) fn body_cache(&self) -> Option<&(Mutex<CompiledCache>, DeviceKind)> {
+        self.body_cache.as_ref()
+    }
+}
+
+impl Executable {
+    /// Prepares a plan: creates (or shares) its constants and chooses the stream.
+    pub fn new(plan: Plan, options: &RuntimeOptions) -> Result<Self, RuntimeError> {
+        init()?;
+        let uses_f64 = uses_f64(&plan);
+        // float64 (and a missing GPU) run on the CPU stream.
+        let device = match options.device {
+            DeviceKind::Gpu if !uses_f64 && gpu_available() => DeviceKind::Gpu,
+            _ => DeviceKind::Cpu,
         };
         let compile = options.compile.unwrap_or(device == DeviceKind::Gpu);
+        let program = Program::build(
+            plan,
+            options.share_initializers,
+            options.device == DeviceKind::Gpu && gpu_available(),
+            (compile, device),
+            false,
+        )?;
         let compiled = CompiledCache::new(&program, compile, options.compile_cache_capacity);
         log::info!(
             "executable: {} step(s) on the {device:?} stream, compile class {:?}, compile {}",

@@ -9,6 +9,7 @@ use crate::step::{BinaryOp, Slot, Step, UnaryOp};
 
 pub mod bits;
 pub mod col2im;
+pub mod control;
 pub mod conv_transpose;
 pub mod deform_conv;
 pub mod detection;
@@ -70,6 +71,7 @@ pub fn register_all(r: &mut Registry) {
     microsoft::register(r);
     ml::register(r);
     recurrent::register(r);
+    control::register(r);
 }
 
 /// DataType::Float types MLX computes on every device.

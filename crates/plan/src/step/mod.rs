@@ -17,6 +17,7 @@
 use std::fmt;
 
 mod col2im;
+mod control;
 mod conv;
 mod conv_transpose;
 mod cumulative;
@@ -37,6 +38,7 @@ mod tfidf_mel;
 mod variants;
 
 pub use col2im::{Col2ImGeometry, Col2ImSpec, check_ort_rank};
+pub use control::{ScanAxis, SubPlan};
 pub use conv_transpose::{
     ConvTransposeArgs, ConvTransposePadding, ConvTransposeSpec, distribute_padding,
 };

@@ -679,5 +679,61 @@ define_steps! {
             /// The result.
             write out: Slot,
         } shapeless: false,
+        /// Runs one of two sub-plans, chosen by the host value of `cond` (a one-element bool
+        /// tensor): `then_body` on `then_args` when it is true, else `else_body` on
+        /// `else_args`; binds the chosen body's outputs to `outs`. The runtime interprets it
+        /// with its sub-programs (never inside a compiled closure).
+        Branch {
+            /// The condition, read on the host.
+            host cond: Slot,
+            /// Taken when `cond` is true.
+            attr then_body: SubPlan,
+            /// Taken when `cond` is false.
+            attr else_body: SubPlan,
+            /// Outer values `then_body` reads (its inputs, in order).
+            read then_args: Vec<Slot>,
+            /// Outer values `else_body` reads (its inputs, in order).
+            read else_args: Vec<Slot>,
+            /// The outputs.
+            write outs: Vec<Slot>,
+        } shapeless: false,
+        /// Runs `body` repeatedly, keeping carried values as device arrays between iterations.
+        ///
+        /// The body's formal inputs are: with `counted`, the iteration number (int64 scalar)
+        /// and the continue flag (bool scalar) first; then the carried values; then one slice
+        /// of each `scanned` input (the iteration's index along its [`ScanAxis`], that axis
+        /// removed). Its outputs are: with `counted`, the next continue flag first; then the
+        /// next carried values; then per-iteration values that are stacked along their
+        /// [`ScanAxis`] into the trailing `outs`. `outs` holds the final carried values, then
+        /// the stacked outputs.
+        ///
+        /// The iteration count is the smallest of: `max_trips`' host value (when set), the
+        /// length of the scanned inputs along their axes (when any), and the first iteration
+        /// whose continue flag (`cond` before the first, the body's afterwards) is false.
+        Repeat {
+            /// The body.
+            attr body: SubPlan,
+            /// The body takes the iteration number and continue flag, and returns the flag.
+            attr counted: bool,
+            /// The largest iteration count (an integer scalar), read on the host.
+            host max_trips: Option<Slot>,
+            /// The initial continue flag (a bool scalar), read on the host.
+            host cond: Option<Slot>,
+            /// Initial values of the carried values.
+            read carried: Vec<Slot>,
+            /// Inputs sliced per iteration.
+            read scanned: Vec<Slot>,
+            /// How each of `scanned` is sliced.
+            attr scan_in: Vec<ScanAxis>,
+            /// Outer values the body reads (its trailing inputs, in order).
+            read args: Vec<Slot>,
+            /// How each per-iteration output is stacked.
+            attr scan_out: Vec<ScanAxis>,
+            /// Shapes of one iteration's stacked outputs as declared (unknown dims 0), used
+            /// when no iteration runs.
+            attr empty_shapes: Vec<Vec<i64>>,
+            /// Final carried values, then stacked outputs.
+            write outs: Vec<Slot>,
+        } shapeless: false,
     }
 }
