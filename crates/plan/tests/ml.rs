@@ -32,14 +32,6 @@ fn one(
     g
 }
 
-fn floats(v: &[f32]) -> Attribute {
-    Attribute::Floats(v.to_vec())
-}
-
-fn strings(v: &[&str]) -> Attribute {
-    Attribute::Strings(v.iter().map(|s| s.as_bytes().to_vec()).collect())
-}
-
 #[test]
 fn scaler_claims_per_feature_and_single_values() {
     let per = [

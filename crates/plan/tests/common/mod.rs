@@ -115,6 +115,14 @@ pub fn float(v: f32) -> Attribute {
     Attribute::Float(v)
 }
 
+pub fn floats(v: &[f32]) -> Attribute {
+    Attribute::Floats(v.to_vec())
+}
+
+pub fn strings(v: &[&str]) -> Attribute {
+    Attribute::Strings(v.iter().map(|s| s.as_bytes().to_vec()).collect())
+}
+
 pub fn string(v: &str) -> Attribute {
     Attribute::String(v.as_bytes().to_vec())
 }
