@@ -61,6 +61,7 @@ fn claim_rotary(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
 /// Rotates `x` (rank 4, `[..., D]`) by `cos`/`sin` (broadcastable to `[..., rd/2]`) over its
 /// first `rd` features (`rd == None`: all of them). `width`, when given, is the number of
 /// features rotated for sure (`rd`, or `D`).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn rotate(
     ctx: &mut LowerCtx,
     x: Slot,
