@@ -1,6 +1,7 @@
 //! One plan snapshot per op family module (`crates/plan/src/ops/`): a small graph of a few ops
 //! with non-default attributes, its lowered steps ("this node became these steps") and the
-//! compile-mode decision (class and blockers). A lowering change shows up as a snapshot diff.
+//! compile-mode decision (class and blockers); the last cases cover the compile decisions no
+//! family case shows. A lowering change shows up as a snapshot diff.
 
 mod common;
 
@@ -660,4 +661,30 @@ fn ml_tree() {
     ];
     op(&mut g, "ml.TreeEnsembleRegressor", "x -> y", &tree);
     snap("ml_tree", &g);
+}
+
+// Compile-mode decisions not shown above: shape arithmetic on the host, and a device value
+// read back to the host.
+
+#[test]
+fn compile_host_shape_program() {
+    let mut g = graph(17, &[("x", F, &[-1, 6])], &[("y", F)]);
+    g.init_i64("zero", &[], &[0]).init_i64("axes", &[1], &[0]);
+    g.init_i64("tail", &[2], &[2, 3]);
+    g.value("s", I64, &[2]).value("b", I64, &[]);
+    g.value("b1", I64, &[1]).value("t", I64, &[3]);
+    op(&mut g, "Shape", "x -> s", &[]);
+    op(&mut g, "Gather", "s zero -> b", &[("axis", int(0))]);
+    op(&mut g, "Unsqueeze", "b axes -> b1", &[]);
+    op(&mut g, "Concat", "b1 tail -> t", &[("axis", int(0))]);
+    op(&mut g, "Reshape", "x t -> y", &[]);
+    snap("compile_host_shape_program", &g);
+}
+
+#[test]
+fn compile_device_read() {
+    let mut g = graph(17, &[("x", F, &[-1, 6])], &[("y", F)]);
+    g.input_unranked("s", I64);
+    op(&mut g, "Reshape", "x s -> y", &[]);
+    snap("compile_device_read", &g);
 }
