@@ -5,7 +5,7 @@ use std::cmp::Ordering;
 
 use onnx_ir::{DataType, TensorData};
 
-/// A cosine-sum window of [`super::Step::Window`].
+/// A cosine-sum window (the `cosine_window` host kernel, and windows folded at plan time).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum WindowKind {
