@@ -688,8 +688,9 @@ fn claim_center_crop_pad(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
 
 /// CenterCropPad: per listed axis, a dim larger than the target is cropped from
 /// `(dim - s) / 2` (floor), a smaller one zero-padded by `(s - dim) / 2` (floor) before and
-/// the rest after. The starts, ends and pads are computed from `shape(x)` and the shape
-/// input and read on the host by the Slice and Pad steps.
+/// the rest after. With a constant shape input and a fixed input shape the bounds are fixed
+/// at plan time; otherwise they are computed from `shape(x)` and the shape input and read on
+/// the host by the Slice and Pad steps.
 fn lower_center_crop_pad(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     use crate::step::BinaryOp as B;
     let dt = ctx.input_dtype(node, 0)?;
@@ -697,6 +698,46 @@ fn lower_center_crop_pad(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanErro
     let axes = center_crop_axes(node, rank).or_invalid(node)?;
     let i64t = DataType::Int64;
     let x = ctx.input(node, 0)?;
+    let target = ctx.const_input(node, 1).and_then(|t| t.to_i64_vec());
+    if let (Some(target), Some(shape)) = (target, ctx.input_fixed_shape(node, 0))
+        && target.len() == axes.len()
+    {
+        // Everything known at plan time: fixed slice bounds and pads.
+        let (mut starts, mut ends, mut lo, mut hi) = (vec![], vec![], vec![], vec![]);
+        for (&a, &s) in axes.iter().zip(&target) {
+            let dim = shape[a as usize];
+            let crop = (dim - s).max(0);
+            let pad = (s - dim).max(0);
+            starts.push(crop / 2);
+            ends.push(crop / 2 + dim.min(s));
+            lo.push(pad / 2);
+            hi.push(pad - pad / 2);
+        }
+        let cropped = ctx.temp(dt);
+        ctx.push(Step::Slice {
+            x,
+            spec: SliceSpec {
+                starts: ShapeSource::Static(starts),
+                ends: ShapeSource::Static(ends),
+                axes: Some(ShapeSource::Static(axes.clone())),
+                steps: None,
+            },
+            out: cropped,
+        });
+        let value = ctx.scalar(dt, 0.0)?;
+        let out = ctx.temp(dt);
+        ctx.push(Step::Pad {
+            x: cropped,
+            pads: PadSpec::Onnx {
+                pads: ShapeSource::Static([lo, hi].concat()),
+                axes: Some(ShapeSource::Static(axes)),
+            },
+            mode: PadMode::Constant,
+            value,
+            out,
+        });
+        return ctx.finish(node, 0, out, dt);
+    }
     let sdt = ctx.input_dtype(node, 1)?;
     let s = ctx.input(node, 1)?;
     let s = ctx.cast(s, sdt, i64t);
