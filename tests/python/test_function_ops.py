@@ -91,6 +91,24 @@ def test_loss_mean_all_ignored_is_nan():
         assert np.isnan(y)
 
 
+@pytest.mark.parametrize("bad", [-2, 4, 1 << 40])
+def test_loss_target_out_of_range_is_an_error(bad):
+    """A target outside [0, C) that is not ignore_index fails the run with the node named (ORT's
+    CPU EP refuses it too) instead of a wrapped or out-of-range gather; good feeds still run."""
+    x = rng().standard_normal((3, 4)).astype(np.float32)
+    good = {"X": x, "T": np.array([0, -1, 3], np.int64)}
+    for op in ["NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"]:
+        model = node_model(op, good, attrs={"reduction": "sum", "ignore_index": -1}, opset=13)
+        session = make_session(model)
+        session.run(None, good)
+        assert_on_mlx(session, [op])
+        with pytest.raises(Exception, match=r"target must be in \[0, C\)|index is out of range"):
+            session.run(None, {"X": x, "T": np.array([0, bad, 1], np.int64)})
+        (y,) = session.run(None, good)
+        (ref,) = make_session(model, mlx=False).run(None, good)
+        np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
+
+
 def swish_loads() -> bool:
     feeds = {"X": np.zeros(2, np.float32)}
     try:

@@ -123,6 +123,18 @@ fn nll(ctx: &mut LowerCtx, node: &Node, lp: Slot, cdt: DataType) -> Result<Slot,
         }
         None => target,
     };
+    // ORT refuses a target outside [0, C) that is not ignore_index; MLX's gathers would wrap a
+    // negative one and read past the classes with a large one.
+    let classes = ctx.dim_of(lp, 1);
+    let one = ctx.scalar(DataType::Int64, 1.0)?;
+    let last = ctx.binary(B::Subtract, classes, one, DataType::Int64);
+    let safe64 = ctx.cast(safe, tdt, DataType::Int64);
+    ctx.require_between(
+        safe64,
+        0,
+        Some(last),
+        "each target must be in [0, C) or ignore_index",
+    )?;
     let idx = ctx.temp(tdt);
     ctx.push(Step::Reshape {
         x: safe,
