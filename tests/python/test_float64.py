@@ -86,6 +86,23 @@ IMG = randn(1, 2, 5, 5, seed=3)
 KERNEL = randn(3, 2, 3, 3, seed=4)
 BIAS = randn(3, seed=5)
 SCALE5 = randn(5, seed=6)
+TARGET = rng(7).integers(0, 4, (3, 5)).astype(np.int64)
+
+
+def log_softmax(x, axis):
+    m = x.max(axis=axis, keepdims=True)
+    return x - m - np.log(np.exp(x - m).sum(axis=axis, keepdims=True))
+
+
+def nll(lp, t, w, ignore, reduction="mean"):
+    """NegativeLogLikelihoodLoss over [N, C, d] log-probabilities (ORT's mean: divided by the
+    summed weights of the non-ignored targets)."""
+    keep = np.ones(t.shape, bool) if ignore is None else t != ignore
+    safe = np.where(keep, t, 0)
+    picked = np.take_along_axis(lp, safe[:, None], axis=1)[:, 0]
+    wt = (np.ones(lp.shape[1]) if w is None else w)[safe] * keep
+    loss = -picked * wt
+    return np.array(loss.sum() if reduction == "sum" else loss.sum() / wt.sum())
 BIAS5 = randn(5, seed=7)
 CHAN = randn(2, seed=8)
 MEAN2 = randn(2, seed=9)
@@ -163,6 +180,14 @@ CLAIMED = [
     ("ArgMin", "ArgMin", {"X": X}, {}, {"axis": 2, "keepdims": 0}, lambda f, c: [f["X"].argmin(axis=2).astype(np.int64)]),
     ("CumSum", "CumSum", {"X": X}, {"axis": np.array(1, np.int64)}, {}, lambda f, c: [np.cumsum(f["X"], axis=1)]),
     ("CumProd", "CumProd", {"X": X}, {"axis": np.array(1, np.int64)}, {}, lambda f, c: [np.cumprod(f["X"], axis=1)]),
+    # function ops claimed directly
+    ("Swish", "Swish", {"X": X * 3}, {}, {"alpha": 0.5}, lambda f, c: [f["X"] / (1 + np.exp(-f32(0.5) * f["X"]))]),
+    ("NegativeLogLikelihoodLoss", "NegativeLogLikelihoodLoss", {"X": X, "T": TARGET, "W": POS[0, :, 0].copy()}, {},
+     {"reduction": "mean", "ignore_index": 1}, lambda f, c: [nll(f["X"], f["T"], f["W"], 1)]),
+    ("SoftmaxCrossEntropyLoss", "SoftmaxCrossEntropyLoss", {"X": X, "T": TARGET}, {}, {"reduction": "sum"},
+     lambda f, c: [nll(log_softmax(f["X"], 1), f["T"], None, None, "sum"), log_softmax(f["X"], 1)]),
+    ("CenterCropPad", "CenterCropPad", {"X": X}, {"S": np.array([6, 2], np.int64)}, {"axes": [1, -1]},
+     lambda f, c: [np.pad(f["X"][:, :, 1:3], ((0, 0), (1, 1), (0, 0)))]),
     # linear algebra and neural-network ops
     ("MatMul", "MatMul", {"A": randn(2, 3, 7), "B": randn(7, 4, seed=1)}, {}, {}, lambda f, c: [f["A"] @ f["B"]]),
     ("Einsum-matmul", "Einsum", {"A": randn(2, 3, 7), "B": randn(2, 7, 4, seed=1)}, {}, {"equation": "bij,bjk->bik"},
@@ -214,7 +239,7 @@ CLAIMED = [
 
 
 #: Ops tested at a newer opset than the default 17.
-OPSETS = {"CumProd": 26}
+OPSETS = {"CumProd": 26, "Swish": 24, "NegativeLogLikelihoodLoss": 13, "SoftmaxCrossEntropyLoss": 13, "CenterCropPad": 18}
 
 
 def ids(params):

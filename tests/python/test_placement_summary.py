@@ -4,7 +4,7 @@ warning through ORT's session logger, at the session's first run:
     MLXExecutionProvider: N of M nodes on MLX; top reasons: 1x <reason>; ...
 
 ORT's default log level (warning) shows it, with no switch of ours. The counts hold after
-ORT's second partitioning pass (functions such as Swish are inlined after the first), and
+ORT's second partitioning pass (function ops no EP claimed are inlined after the first), and
 the EP's own fused nodes, which that pass sees, are neither counted nor reported. Each case
 runs in a child process so that its stderr is its own.
 """
@@ -21,7 +21,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from conftest import LIBRARY_VAR
 
@@ -128,46 +128,53 @@ def test_fully_supported_model_says_nothing(tmp_path):
         assert {ep for ep, _ in placement} == {"MLXExecutionProvider"}, placement
 
 
-def swish_model(with_decline: bool) -> onnx.ModelProto:
+def crop_model(with_decline: bool) -> onnx.ModelProto:
+    """CenterCropPad of an input of unknown rank, which the MLX EP declines (its lowering needs
+    the rank) but whose function body (Shape, Gather, Sub, Slice, Pad, ...) it claims."""
     tail = float64_softmax("s") if with_decline else [helper.make_node("Relu", ["s"], ["y"])]
-    return model_of([helper.make_node("Swish", ["x"], ["s"])] + tail, 24)
+    crop = helper.make_node("CenterCropPad", ["x", "crop_shape"], ["s"], axes=[1])
+    model = model_of([crop] + tail, 18)
+    model.graph.initializer.append(numpy_helper.from_array(np.array([3], np.int64), "crop_shape"))
+    model.graph.input[0].type.tensor_type.ClearField("shape")
+    model.graph.output[0].type.tensor_type.ClearField("shape")
+    return model
 
 
 @pytest.mark.skipif(ort.__version__.startswith("1.23."), reason="ONNX Runtime 1.23 allows one claiming pass per session")
 def test_function_expansion_is_counted_after_the_second_pass(tmp_path):
-    """Swish has no MLX lowering; ORT inlines its function body (Sigmoid, Mul, ...) and
+    """CenterCropPad of unknown rank is declined; ORT inlines its function body and
     partitions again, and MLX takes the body. The fused node of the first pass must not count
     as a decline."""
-    model = swish_model(with_decline=False)
+    model = crop_model(with_decline=False)
     if not loads_on_cpu(model):
-        pytest.skip(f"onnxruntime {ort.__version__} does not run Swish (opset 24)")
+        pytest.skip(f"onnxruntime {ort.__version__} does not run CenterCropPad (opset 18)")
     lines, placement, stderr = run_child(tmp_path, model)
     assert lines == [], stderr
     assert placement and {ep for ep, _ in placement} == {"MLXExecutionProvider"}, placement
-    assert "Swish" not in {op for _, op in placement}, placement
+    assert "CenterCropPad" not in {op for _, op in placement}, placement
 
-    lines, placement, stderr = run_child(tmp_path, swish_model(with_decline=True))
+    lines, placement, stderr = run_child(tmp_path, crop_model(with_decline=True))
     assert len(lines) == 1, stderr
     on_mlx, total = check_counts(lines[0], placement)
     assert total - on_mlx == 1, lines[0].group(0)
     reasons = lines[0].group(3)
-    assert reasons.startswith("1x Softmax") and "Swish" not in reasons and "MLXExecutionProvider" not in reasons, reasons
+    assert reasons.startswith("1x Softmax") and "CenterCropPad" not in reasons and "MLXExecutionProvider" not in reasons, reasons
 
 
 @pytest.mark.skipif(ort.__version__.startswith("1.23."), reason="ONNX Runtime 1.23 allows one claiming pass per session")
 def test_second_pass_report_leaves_out_the_fused_nodes(tmp_path):
-    """With ``ORTMLX_LOG_CLAIMS=1``, the pass after Swish's inlining reports Swish's body and
+    """With ``ORTMLX_LOG_CLAIMS=1``, the pass after CenterCropPad's inlining reports its body and
     the node given to the CPU EP, never the fused node of the first pass."""
-    model = swish_model(with_decline=True)
+    model = crop_model(with_decline=True)
     if not loads_on_cpu(model):
-        pytest.skip(f"onnxruntime {ort.__version__} does not run Swish (opset 24)")
+        pytest.skip(f"onnxruntime {ort.__version__} does not run CenterCropPad (opset 18)")
     claims_file = tmp_path / "claims.jsonl"
     _, _, stderr = run_child(tmp_path, model, {"ORTMLX_LOG_CLAIMS": "1", "ORTMLX_CLAIMS_FILE": str(claims_file)})
     lines = [line for line in stderr.splitlines() if line.startswith("[ortmlx claims] ")]
     headers = [line for line in lines if " node(s) claimed" in line]
     assert len(headers) == 2, lines
-    # Pass 1: Swish and the float64 Softmax declined, Relu and the Casts claimed. Pass 2: the
-    # fused node is not a node of the report; Swish's body is claimed, Softmax (now the CPU
+    # Pass 1: CenterCropPad and the float64 Softmax declined, Relu and the Casts claimed. Pass 2: the
+    # fused node is not a node of the report; CenterCropPad's body is claimed, Softmax (now the CPU
     # EP's) declined.
     assert "3 of 5 node(s) claimed" in headers[0], headers
     body = int(re.search(r"(\d+) of (\d+) node", headers[1]).group(1))

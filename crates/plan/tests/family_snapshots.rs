@@ -263,6 +263,18 @@ fn signal() {
 }
 
 #[test]
+fn loss() {
+    let mut g = graph(
+        13,
+        &[("x", F, &[2, 3]), ("t", I64, &[2]), ("w", F, &[3])],
+        &[("y", F)],
+    );
+    let attrs = [("reduction", string("mean")), ("ignore_index", int(1))];
+    op(&mut g, "SoftmaxCrossEntropyLoss", "x t w -> y", &attrs);
+    snap("loss", &g);
+}
+
+#[test]
 fn text() {
     let mut g = graph(17, &[("x", I64, &[2, 4])], &[("y", F)]);
     let tfidf = [

@@ -82,6 +82,7 @@ pub fn register(r: &mut Registry) {
     r.op("", "HardSwish", 14, MAX, claim_float_unary, lower_activation);
     r.op("", "ThresholdedRelu", 10, MAX, claim_float_unary, lower_activation);
     r.op("", "Mish", 18, MAX, claim_float_unary, lower_activation);
+    r.op("", "Swish", 24, MAX, claim_float_unary, lower_activation);
     r.op("", "PRelu", 7, MAX, claim_prelu, lower_prelu);
     r.op("", "Gelu", 20, MAX, claim_gelu, lower_gelu);
     // Type and range.
@@ -594,6 +595,22 @@ fn lower_activation(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
             let sp = ctx.binary(B::LogAddExp, x, zero, dt);
             let t = ctx.unary(U::Tanh, sp, dt);
             ctx.binary(B::Multiply, x, t, dt)
+        }
+        "Swish" => {
+            // x * sigmoid(alpha * x); float64 as x / (1 + exp(-alpha * x)) with the
+            // float64-accurate exp (MLX's float64 sigmoid is float32-accurate).
+            let alpha = ctx.scalar(dt, f("alpha", 1.0)?)?;
+            let ax = ctx.binary(B::Multiply, x, alpha, dt);
+            if dt == DataType::Double {
+                let one = ctx.scalar(dt, 1.0)?;
+                let nax = ctx.unary(U::Negative, ax, dt);
+                let e = super::float64::exp(ctx, nax)?;
+                let d = ctx.binary(B::Add, e, one, dt);
+                ctx.binary(B::Divide, x, d, dt)
+            } else {
+                let s = ctx.unary(U::Sigmoid, ax, dt);
+                ctx.binary(B::Multiply, x, s, dt)
+            }
         }
         other => invalid!(node, "no activation lowering for {other}"),
     };

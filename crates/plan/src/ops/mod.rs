@@ -22,6 +22,7 @@ pub mod indexing;
 pub mod integer;
 pub mod layout;
 pub mod linalg;
+pub mod loss;
 pub mod matmul;
 pub mod microsoft;
 pub mod ml;
@@ -64,6 +65,7 @@ pub fn register_all(r: &mut Registry) {
     einsum::register(r);
     pool_more::register(r);
     linalg::register(r);
+    loss::register(r);
     grid_sample::register(r);
     signal::register(r);
     text::register(r);

@@ -1,6 +1,6 @@
 //! Shape and data-movement ops: Reshape, Flatten, Squeeze, Unsqueeze, Transpose, Concat,
 //! Slice, Gather, GatherElements, Shape, Size, Expand, ConstantOfShape, Constant, Tile, Split,
-//! Range, Pad.
+//! Range, Pad, Trilu, CenterCropPad.
 
 use onnx_ir::{Attribute, DataType, Node, TensorData};
 
@@ -35,6 +35,7 @@ pub fn register(r: &mut Registry) {
     r.op("", "Range", 11, MAX, claim_range, lower_range);
     r.op("", "Pad", 2, MAX, claim_pad, lower_pad);
     r.op("", "Trilu", 14, MAX, claim_trilu, lower_trilu);
+    r.op("", "CenterCropPad", 18, MAX, claim_center_crop_pad, lower_center_crop_pad);
 }
 
 fn claim_data(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
@@ -652,6 +653,140 @@ fn lower_pad(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
         x,
         pads,
         mode,
+        value,
+        out,
+    });
+    ctx.finish(node, 0, out, dt)
+}
+
+/// CenterCropPad's axes, normalised and checked for duplicates.
+fn center_crop_axes(node: &Node, rank: usize) -> Result<Vec<i64>, String> {
+    let axes = match attr_ints(node, "axes")? {
+        Some(a) => a
+            .iter()
+            .map(|&a| normalize_axis(a, rank).map(|a| a as i64))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("CenterCropPad: {e}"))?,
+        None => (0..rank as i64).collect(),
+    };
+    let mut sorted = axes.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    if sorted.len() != axes.len() {
+        return Err(format!("CenterCropPad: axes {axes:?} repeat an axis"));
+    }
+    Ok(axes)
+}
+
+fn claim_center_crop_pad(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
+    ctx.expect_dtype(node, 0, DATA)?;
+    ctx.expect_dtype(node, 1, INDEX)?;
+    let rank = ctx.expect_rank(node, 0)?;
+    center_crop_axes(node, rank).or_decline()?;
+    Ok(())
+}
+
+/// CenterCropPad: per listed axis, a dim larger than the target is cropped from
+/// `(dim - s) / 2` (floor), a smaller one zero-padded by `(s - dim) / 2` (floor) before and
+/// the rest after. With a constant shape input and a fixed input shape the bounds are fixed
+/// at plan time; otherwise they are computed from `shape(x)` and the shape input and read on
+/// the host by the Slice and Pad steps.
+fn lower_center_crop_pad(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
+    use crate::step::BinaryOp as B;
+    let dt = ctx.input_dtype(node, 0)?;
+    let rank = ctx.need_rank(node, 0)?;
+    let axes = center_crop_axes(node, rank).or_invalid(node)?;
+    let i64t = DataType::Int64;
+    let x = ctx.input(node, 0)?;
+    let target = ctx.const_input(node, 1).and_then(|t| t.to_i64_vec());
+    if let (Some(target), Some(shape)) = (target, ctx.input_fixed_shape(node, 0))
+        && target.len() == axes.len()
+    {
+        // Everything known at plan time: fixed slice bounds and pads.
+        let (mut starts, mut ends, mut lo, mut hi) = (vec![], vec![], vec![], vec![]);
+        for (&a, &s) in axes.iter().zip(&target) {
+            let dim = shape[a as usize];
+            let crop = (dim - s).max(0);
+            let pad = (s - dim).max(0);
+            starts.push(crop / 2);
+            ends.push(crop / 2 + dim.min(s));
+            lo.push(pad / 2);
+            hi.push(pad - pad / 2);
+        }
+        let cropped = ctx.temp(dt);
+        ctx.push(Step::Slice {
+            x,
+            spec: SliceSpec {
+                starts: ShapeSource::Static(starts),
+                ends: ShapeSource::Static(ends),
+                axes: Some(ShapeSource::Static(axes.clone())),
+                steps: None,
+            },
+            out: cropped,
+        });
+        let value = ctx.scalar(dt, 0.0)?;
+        let out = ctx.temp(dt);
+        ctx.push(Step::Pad {
+            x: cropped,
+            pads: PadSpec::Onnx {
+                pads: ShapeSource::Static([lo, hi].concat()),
+                axes: Some(ShapeSource::Static(axes)),
+            },
+            mode: PadMode::Constant,
+            value,
+            out,
+        });
+        return ctx.finish(node, 0, out, dt);
+    }
+    let sdt = ctx.input_dtype(node, 1)?;
+    let s = ctx.input(node, 1)?;
+    let s = ctx.cast(s, sdt, i64t);
+    let shape = ctx.shape_vec(x);
+    let ax = ctx.constant(TensorData::from_i64(vec![axes.len() as i64], &axes));
+    let dims = ctx.temp(i64t);
+    ctx.push(Step::Take {
+        x: shape,
+        indices: ax,
+        axis: 0,
+        out: dims,
+    });
+    let zero = ctx.scalar(i64t, 0.0)?;
+    let two = ctx.scalar(i64t, 2.0)?;
+    let over = ctx.binary(B::Subtract, dims, s, i64t);
+    let crop = ctx.binary(B::Maximum, over, zero, i64t);
+    let start = ctx.binary(B::FloorDivide, crop, two, i64t);
+    let kept = ctx.binary(B::Minimum, dims, s, i64t);
+    let end = ctx.binary(B::Add, start, kept, i64t);
+    let under = ctx.binary(B::Subtract, s, dims, i64t);
+    let pad = ctx.binary(B::Maximum, under, zero, i64t);
+    let lo = ctx.binary(B::FloorDivide, pad, two, i64t);
+    let hi = ctx.binary(B::Subtract, pad, lo, i64t);
+    let pads = ctx.temp(i64t);
+    ctx.push(Step::Concat {
+        inputs: vec![lo, hi],
+        axis: 0,
+        out: pads,
+    });
+    let cropped = ctx.temp(dt);
+    ctx.push(Step::Slice {
+        x,
+        spec: SliceSpec {
+            starts: ShapeSource::Dynamic(start),
+            ends: ShapeSource::Dynamic(end),
+            axes: Some(ShapeSource::Static(axes.clone())),
+            steps: None,
+        },
+        out: cropped,
+    });
+    let value = ctx.scalar(dt, 0.0)?;
+    let out = ctx.temp(dt);
+    ctx.push(Step::Pad {
+        x: cropped,
+        pads: PadSpec::Onnx {
+            pads: ShapeSource::Dynamic(pads),
+            axes: Some(ShapeSource::Static(axes)),
+        },
+        mode: PadMode::Constant,
         value,
         out,
     });
