@@ -4,8 +4,8 @@
 //! function ops no EP took (one whose attributes or inputs the EP declines, say) and
 //! partitions again. Nodes claimed in an earlier pass are then fused nodes of this EP (domain
 //! `MLXExecutionProvider`), which are neither new nodes nor declines; nodes declined earlier
-//! either come back (declined again) or were replaced by their function body. So per graph the tally is: every node claimed in any pass,
-//! plus the nodes the latest pass did not claim.
+//! either come back (declined again) or were replaced by their function body. So per graph the
+//! tally is: every node claimed in any pass, plus the nodes the latest pass did not claim.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
