@@ -699,7 +699,9 @@ fn lower_center_crop_pad(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanErro
     let i64t = DataType::Int64;
     let x = ctx.input(node, 0)?;
     let target = ctx.const_input(node, 1).and_then(|t| t.to_i64_vec());
-    if let (Some(target), Some(shape)) = (target, ctx.input_fixed_shape(node, 0))
+    // (starts, ends, pads) of the centred crop and of the centred zero padding
+    let (starts, ends, pads) = if let (Some(target), Some(shape)) =
+        (target, ctx.input_fixed_shape(node, 0))
         && target.len() == axes.len()
     {
         // Everything known at plan time: fixed slice bounds and pads.
@@ -713,66 +715,53 @@ fn lower_center_crop_pad(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanErro
             lo.push(pad / 2);
             hi.push(pad - pad / 2);
         }
-        let cropped = ctx.temp(dt);
-        ctx.push(Step::Slice {
-            x,
-            spec: SliceSpec {
-                starts: ShapeSource::Static(starts),
-                ends: ShapeSource::Static(ends),
-                axes: Some(ShapeSource::Static(axes.clone())),
-                steps: None,
-            },
-            out: cropped,
+        (
+            ShapeSource::Static(starts),
+            ShapeSource::Static(ends),
+            ShapeSource::Static([lo, hi].concat()),
+        )
+    } else {
+        let sdt = ctx.input_dtype(node, 1)?;
+        let s = ctx.input(node, 1)?;
+        let s = ctx.cast(s, sdt, i64t);
+        let shape = ctx.shape_vec(x);
+        let ax = ctx.constant(TensorData::from_i64(vec![axes.len() as i64], &axes));
+        let dims = ctx.temp(i64t);
+        ctx.push(Step::Take {
+            x: shape,
+            indices: ax,
+            axis: 0,
+            out: dims,
         });
-        let value = ctx.scalar(dt, 0.0)?;
-        let out = ctx.temp(dt);
-        ctx.push(Step::Pad {
-            x: cropped,
-            pads: PadSpec::Onnx {
-                pads: ShapeSource::Static([lo, hi].concat()),
-                axes: Some(ShapeSource::Static(axes)),
-            },
-            mode: PadMode::Constant,
-            value,
-            out,
+        let zero = ctx.scalar(i64t, 0.0)?;
+        let two = ctx.scalar(i64t, 2.0)?;
+        let over = ctx.binary(B::Subtract, dims, s, i64t);
+        let crop = ctx.binary(B::Maximum, over, zero, i64t);
+        let start = ctx.binary(B::FloorDivide, crop, two, i64t);
+        let kept = ctx.binary(B::Minimum, dims, s, i64t);
+        let end = ctx.binary(B::Add, start, kept, i64t);
+        let under = ctx.binary(B::Subtract, s, dims, i64t);
+        let pad = ctx.binary(B::Maximum, under, zero, i64t);
+        let lo = ctx.binary(B::FloorDivide, pad, two, i64t);
+        let hi = ctx.binary(B::Subtract, pad, lo, i64t);
+        let pads = ctx.temp(i64t);
+        ctx.push(Step::Concat {
+            inputs: vec![lo, hi],
+            axis: 0,
+            out: pads,
         });
-        return ctx.finish(node, 0, out, dt);
-    }
-    let sdt = ctx.input_dtype(node, 1)?;
-    let s = ctx.input(node, 1)?;
-    let s = ctx.cast(s, sdt, i64t);
-    let shape = ctx.shape_vec(x);
-    let ax = ctx.constant(TensorData::from_i64(vec![axes.len() as i64], &axes));
-    let dims = ctx.temp(i64t);
-    ctx.push(Step::Take {
-        x: shape,
-        indices: ax,
-        axis: 0,
-        out: dims,
-    });
-    let zero = ctx.scalar(i64t, 0.0)?;
-    let two = ctx.scalar(i64t, 2.0)?;
-    let over = ctx.binary(B::Subtract, dims, s, i64t);
-    let crop = ctx.binary(B::Maximum, over, zero, i64t);
-    let start = ctx.binary(B::FloorDivide, crop, two, i64t);
-    let kept = ctx.binary(B::Minimum, dims, s, i64t);
-    let end = ctx.binary(B::Add, start, kept, i64t);
-    let under = ctx.binary(B::Subtract, s, dims, i64t);
-    let pad = ctx.binary(B::Maximum, under, zero, i64t);
-    let lo = ctx.binary(B::FloorDivide, pad, two, i64t);
-    let hi = ctx.binary(B::Subtract, pad, lo, i64t);
-    let pads = ctx.temp(i64t);
-    ctx.push(Step::Concat {
-        inputs: vec![lo, hi],
-        axis: 0,
-        out: pads,
-    });
+        (
+            ShapeSource::Dynamic(start),
+            ShapeSource::Dynamic(end),
+            ShapeSource::Dynamic(pads),
+        )
+    };
     let cropped = ctx.temp(dt);
     ctx.push(Step::Slice {
         x,
         spec: SliceSpec {
-            starts: ShapeSource::Dynamic(start),
-            ends: ShapeSource::Dynamic(end),
+            starts,
+            ends,
             axes: Some(ShapeSource::Static(axes.clone())),
             steps: None,
         },
@@ -783,7 +772,7 @@ fn lower_center_crop_pad(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanErro
     ctx.push(Step::Pad {
         x: cropped,
         pads: PadSpec::Onnx {
-            pads: ShapeSource::Dynamic(pads),
+            pads,
             axes: Some(ShapeSource::Static(axes)),
         },
         mode: PadMode::Constant,
