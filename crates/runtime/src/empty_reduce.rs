@@ -1,13 +1,12 @@
-//! Reductions over an empty axis.
+//! `Step::Reduce` over an empty axis.
 //!
 //! MLX refuses to max/min-reduce over a zero-size axis ("Cannot max reduce over axis 1 with
-//! size 0"), while ONNX defines the result of every reduction over an empty set as the
-//! reduction's identity: ReduceSum 0, ReduceProd 1, ReduceMax the lowest value of the type
-//! (-inf for floats), ReduceMin the highest (+inf), ReduceLogSumExp -inf, and for booleans
-//! all -> true, any -> false. ReduceMean is left to MLX (0 / 0 = NaN, as numpy).
+//! size 0"); the value of a reduction over an empty set is the plan's
+//! (`plan::ReduceOp::empty_value`), this module only fills the output with it.
 
 use mlx::{Array, Dtype, Stream, ops};
 use plan::ReduceOp;
+use plan::step::EmptyValue;
 
 /// Whether reducing `shape` over `axes` (negative axes count from the end) reduces over an
 /// empty axis.
@@ -21,7 +20,8 @@ pub(crate) fn reduces_empty_axis(shape: &[i32], axes: &[i32]) -> bool {
     })
 }
 
-/// The result of reducing `x` over `axes` when one of them is empty (see the module docs).
+/// The result of reducing `x` over `axes` when one of them is empty: the plan's
+/// [`ReduceOp::empty_value`] (or MLX's mean, which gives NaN), in `x`'s dtype.
 pub(crate) fn reduce(
     op: ReduceOp,
     x: &Array,
@@ -29,7 +29,6 @@ pub(crate) fn reduce(
     keepdims: bool,
     s: &Stream,
 ) -> mlx::Result<Array> {
-    use ReduceOp::*;
     let shape = x.shape();
     let rank = shape.len() as i32;
     let reduced: Vec<usize> = axes
@@ -50,15 +49,17 @@ pub(crate) fn reduce(
     let dt = x.dtype();
     // float32/int32 scalars: `full` casts them to x's type on the stream, and MLX's GPU
     // backends have no float64 (0, 1 and the infinities are exact in every type)
-    let value = match op {
-        Mean => return ops::mean_axes(x, axes, keepdims, s),
-        Sum => Array::scalar(0i32)?,
-        Prod => Array::scalar(1i32)?,
-        LogSumExp => Array::scalar(f32::NEG_INFINITY)?,
-        All => Array::scalar(true)?,
-        Any => Array::scalar(false)?,
-        Max => extreme(dt, false)?,
-        Min => extreme(dt, true)?,
+    let Some(fill) = op.empty_value() else {
+        return ops::mean_axes(x, axes, keepdims, s);
+    };
+    let value = match fill {
+        EmptyValue::Zero => Array::scalar(0i32)?,
+        EmptyValue::One => Array::scalar(1i32)?,
+        EmptyValue::NegInfinity => Array::scalar(f32::NEG_INFINITY)?,
+        EmptyValue::True => Array::scalar(true)?,
+        EmptyValue::False => Array::scalar(false)?,
+        EmptyValue::Lowest => extreme(dt, false)?,
+        EmptyValue::Highest => extreme(dt, true)?,
     };
     ops::full(&out_shape, &value, dt, s)
 }

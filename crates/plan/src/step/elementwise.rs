@@ -253,6 +253,44 @@ impl ReduceOp {
             ReduceOp::Any => "mlx_any_axes",
         }
     }
+
+    /// The result of this reduction over an empty set (a zero-size reduced axis), which MLX
+    /// refuses for max/min: ONNX defines it as the reduction's identity (ReduceSum 0,
+    /// ReduceProd 1, ReduceMax the lowest value of the type, -inf for floats, ReduceMin the
+    /// highest, ReduceLogSumExp -inf, all -> true, any -> false). `None` (Mean) leaves it to
+    /// MLX (0 / 0 = NaN, as numpy).
+    pub fn empty_value(self) -> Option<EmptyValue> {
+        Some(match self {
+            ReduceOp::Mean => return None,
+            ReduceOp::Sum => EmptyValue::Zero,
+            ReduceOp::Prod => EmptyValue::One,
+            ReduceOp::LogSumExp => EmptyValue::NegInfinity,
+            ReduceOp::All => EmptyValue::True,
+            ReduceOp::Any => EmptyValue::False,
+            ReduceOp::Max => EmptyValue::Lowest,
+            ReduceOp::Min => EmptyValue::Highest,
+        })
+    }
+}
+
+/// A fill value given by kind, in the dtype of the array it fills (see
+/// [`ReduceOp::empty_value`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EmptyValue {
+    /// `0`.
+    Zero,
+    /// `1`.
+    One,
+    /// `-inf` (floats).
+    NegInfinity,
+    /// `true`.
+    True,
+    /// `false`.
+    False,
+    /// The lowest value of the type (`-inf` for floats, `false` for bool).
+    Lowest,
+    /// The highest value of the type (`+inf` for floats, `true` for bool).
+    Highest,
 }
 
 /// Index-returning reductions (`mlx_argmax_axis` / `mlx_argmin_axis`); MLX returns uint32, so
