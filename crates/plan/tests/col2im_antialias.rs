@@ -55,7 +55,7 @@ fn col2im_claims_and_lowers_to_one_step() {
     declined(&g, 0, "only 2-D honours them");
     declined(&col2im(&[2, 2], &[3, 3], true), 0, "does not fit");
     let p = plan_of(&col2im(&[4, 5], &[2, 3], false).build());
-    assert_eq!(count(&p, |s| matches!(s, Step::Col2Im { .. })), 1);
+    assert_eq!(count(&p, |s| matches!(s, Step::TakeSum { .. })), 1);
     assert_eq!(
         p.steps.iter().map(|s| s.host_reads().len()).sum::<usize>(),
         2

@@ -7,7 +7,6 @@ use plan::{ArgReduceOp, BinaryOp, HostReader, ReduceOp, Slot, Step, UnaryOp};
 use crate::RuntimeError;
 use crate::dtype::to_mlx;
 
-mod col2im;
 mod extra;
 mod recurrent;
 
@@ -770,7 +769,11 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
             let a = spec.resolve(&shape, &mut Host { slots }).map_err(err)?;
             extra::resize_interp(slots.get(*x)?, &a, s)?
         }
-        Col2Im { x, spec, .. } => col2im::col2im(slots.get(*x)?, spec, &mut Host { slots }, s)?,
+        TakeSum { x, spec, .. } => {
+            let shape = shape_i64(slots.get(*x)?);
+            let a = spec.resolve(&shape, &mut Host { slots }).map_err(err)?;
+            extra::take_sum(slots.get(*x)?, &a, s)?
+        }
         Branch { .. } | Repeat { .. } => {
             return Err(err(
                 "a step with sub-plans runs through its program's sub-programs",

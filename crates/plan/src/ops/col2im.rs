@@ -1,5 +1,5 @@
 //! Col2Im (opset 18): the inverse of im2col, an accumulation of column blocks into an image,
-//! lowered to one [`Step::Col2Im`] (see [`crate::step::Col2ImGeometry`]).
+//! lowered to one [`Step::TakeSum`] (see [`crate::step::Col2ImGeometry`]).
 
 use onnx_ir::{DataType, Node};
 
@@ -76,7 +76,7 @@ fn lower_col2im(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     let block = ctx.ints_input(node, 2)?;
     let x = ctx.input(node, 0)?;
     let out = ctx.temp(DataType::Float);
-    ctx.push(Step::Col2Im {
+    ctx.push(Step::TakeSum {
         x,
         spec: Col2ImSpec {
             image,

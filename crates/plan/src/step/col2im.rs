@@ -97,7 +97,7 @@ impl Col2ImGeometry {
     }
 }
 
-/// The attributes and shape inputs of a [`super::Step::Col2Im`].
+/// The attributes and shape inputs of ONNX `Col2Im`, lowered to a [`super::Step::TakeSum`].
 #[derive(Debug, Clone, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Col2ImSpec {
@@ -113,10 +113,59 @@ pub struct Col2ImSpec {
     pub strides: Option<Vec<i64>>,
 }
 
+/// The resolved arguments of a [`super::Step::TakeSum`]: `x` reshaped to `rows`, its last axis
+/// padded with one zero, `sources[k]` gathered from that axis and summed, reshaped to `out`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TakeSumArgs {
+    /// The shape `x` is viewed as before the gathers.
+    pub rows: Vec<i32>,
+    /// One index vector into the padded last axis per summed gather (the padding zero sits at
+    /// index `rows.last()`).
+    pub sources: Vec<Vec<i32>>,
+    /// The output shape.
+    pub out: Vec<i32>,
+}
+
+fn i32_of(v: i64) -> Result<i32, String> {
+    i32::try_from(v).map_err(|_| "Col2Im: dim too large".to_string())
+}
+
 impl Col2ImSpec {
+    /// The [`TakeSumArgs`] of a Col2Im of an `x` of shape `x_shape` (`[N, C*K, L]` ->
+    /// `[N, C, K*L]`, gathered into `[N, C, *image]`); `Err` when `x` does not match the
+    /// geometry.
+    pub fn resolve(
+        &self,
+        x_shape: &[i64],
+        host: &mut dyn HostReader,
+    ) -> Result<TakeSumArgs, String> {
+        let g = self.geometry(host)?;
+        let k: i64 = g.block.iter().product();
+        let l: i64 = g.blocks.iter().product();
+        if x_shape.len() != 3 || x_shape[1] % k != 0 || x_shape[2] != l {
+            return Err(format!(
+                "Col2Im: input shape {x_shape:?} does not match {k} kernel positions and {l} \
+                 blocks"
+            ));
+        }
+        let (n, c) = (i32_of(x_shape[0])?, i32_of(x_shape[1] / k)?);
+        let mut out = vec![n, c];
+        for &d in &g.image {
+            out.push(i32_of(d)?);
+        }
+        if g.sources.is_empty() {
+            return Err("Col2Im: empty block".into());
+        }
+        Ok(TakeSumArgs {
+            rows: vec![n, c, i32_of(k * l)?],
+            sources: g.sources,
+            out,
+        })
+    }
+
     /// Reads the shapes (on the host when they are dynamic) and resolves the geometry; only
     /// 2-D images may have non-default dilations / pads / strides (see [`check_ort_rank`]).
-    pub fn resolve(&self, host: &mut dyn HostReader) -> Result<Col2ImGeometry, String> {
+    pub fn geometry(&self, host: &mut dyn HostReader) -> Result<Col2ImGeometry, String> {
         let image = self.image.get(host)?;
         let block = self.block.get(host)?;
         let d = image.len();

@@ -37,7 +37,7 @@ mod tests;
 mod tfidf_mel;
 mod variants;
 
-pub use col2im::{Col2ImGeometry, Col2ImSpec, check_ort_rank};
+pub use col2im::{Col2ImGeometry, Col2ImSpec, TakeSumArgs, check_ort_rank};
 pub use control::{ScanAxis, SubPlan};
 pub use conv_transpose::{
     ConvTransposeArgs, ConvTransposePadding, ConvTransposeSpec, distribute_padding,

@@ -572,11 +572,11 @@ define_steps! {
             /// Output (float32).
             write out: Slot,
         } shapeless: false,
-        /// ONNX `Col2Im` of a float32 `x` `[N, C*K, L]` with `g = spec.resolve(host)`:
-        /// `mlx_reshape` to `[N, C, K*L]`, `mlx_pad` of one trailing zero, then for each kernel
-        /// offset `mlx_take_axis` of `g.sources[k]` (int32) summed in order with `mlx_add`, and
-        /// `mlx_reshape` to `[N, C, *image]`.
-        Col2Im {
+        /// A sum of gathers of a float32 `x` with `a = spec.resolve(x.shape, host)`:
+        /// `mlx_reshape` to `a.rows`, `mlx_pad` of one trailing zero on the last axis, then
+        /// `mlx_take_axis` of each `a.sources[k]` (int32) on the last axis summed in order with
+        /// `mlx_add`, and `mlx_reshape` to `a.out` (ONNX `Col2Im`'s accumulation).
+        TakeSum {
             /// Input (float32).
             read x: Slot,
             /// Shapes and attributes.
