@@ -38,18 +38,8 @@ fn overhead(args: &[String]) -> Result<()> {
         "bench overhead: the EP's runtime vs the same MLX calls written directly (1 node, encoder layer, 6-layer encoder, Llama decode step)",
     );
     run_cmd(
-        cargo()
-            .args([
-                "run",
-                "--release",
-                "--quiet",
-                "-p",
-                "ortmlx-runtime",
-                "--example",
-                "overhead_bench",
-                "--",
-                "--out",
-            ])
+        release_example("ortmlx-runtime", "overhead_bench")
+            .arg("--out")
             .arg(&out)
             .args(args),
     )?;
@@ -134,18 +124,22 @@ fn gemm() -> Result<()> {
     setup::run(Scope::SystemOnly)?;
     let out = target_dir().join("bench").join("gemm.json");
     banner("bench gemm: MLX matmul vs the system BLAS (1024x1024x1024 float32)");
-    run_cmd(
-        cargo()
-            .args([
-                "run",
-                "--release",
-                "--quiet",
-                "-p",
-                "ortmlx",
-                "--example",
-                "gemm_bench",
-                "--",
-            ])
-            .arg(&out),
-    )
+    run_cmd(release_example("ortmlx", "gemm_bench").arg(&out))
+}
+
+/// `cargo run --release --quiet -p <package> --example <example> --`, the example's own
+/// arguments to follow.
+fn release_example(package: &str, example: &str) -> Command {
+    let mut cmd = cargo();
+    cmd.args([
+        "run",
+        "--release",
+        "--quiet",
+        "-p",
+        package,
+        "--example",
+        example,
+        "--",
+    ]);
+    cmd
 }
