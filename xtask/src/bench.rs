@@ -2,6 +2,7 @@
 
 use anyhow::{Result, bail};
 
+use std::path::Path;
 use std::process::Command;
 
 use crate::setup::{self, LATEST_ORT, Scope};
@@ -37,18 +38,8 @@ fn overhead(args: &[String]) -> Result<()> {
         "bench overhead: the EP's runtime vs the same MLX calls written directly (1 node, encoder layer, 6-layer encoder, Llama decode step)",
     );
     run_cmd(
-        cargo()
-            .args([
-                "run",
-                "--release",
-                "--quiet",
-                "-p",
-                "ortmlx-runtime",
-                "--example",
-                "overhead_bench",
-                "--",
-                "--out",
-            ])
+        release_example("ortmlx-runtime", "overhead_bench")
+            .arg("--out")
             .arg(&out)
             .args(args),
     )?;
@@ -62,15 +53,33 @@ fn overhead(args: &[String]) -> Result<()> {
         .position(|a| a == "--budget-ms")
         .and_then(|i| args.get(i + 1))
         .map_or("2000", String::as_str);
+    run_python_bench(
+        venv,
+        &lib,
+        "overhead.py",
+        &out,
+        ["--device", device, "--budget-ms", budget],
+    )
+}
+
+/// Runs `tests/python/<script>` on `venv`'s Python against the EP library `lib`, the script
+/// writing its JSON to `out`; `args` follow `--json <out>`.
+fn run_python_bench<S: AsRef<std::ffi::OsStr>>(
+    venv: &setup::Venv,
+    lib: &Path,
+    script: &str,
+    out: &Path,
+    args: impl IntoIterator<Item = S>,
+) -> Result<()> {
     let root = crate::util::workspace_root();
     run_cmd(
         Command::new(venv.python())
-            .arg(root.join("tests").join("python").join("overhead.py"))
-            .args(["--json"])
-            .arg(&out)
-            .args(["--device", device, "--budget-ms", budget])
+            .arg(root.join("tests").join("python").join(script))
+            .arg("--json")
+            .arg(out)
+            .args(args)
             .current_dir(&root)
-            .env(crate::test::EP_LIBRARY_VAR, &lib)
+            .env(crate::test::EP_LIBRARY_VAR, lib)
             .env("PYTHONDONTWRITEBYTECODE", "1"),
     )
 }
@@ -88,17 +97,7 @@ fn startup(args: &[String]) -> Result<()> {
         std::fs::create_dir_all(dir)?;
     }
     banner("bench startup: session creation to first output, source model vs its EPContext model");
-    let root = crate::util::workspace_root();
-    run_cmd(
-        Command::new(venv.python())
-            .arg(root.join("tests").join("python").join("startup.py"))
-            .arg("--json")
-            .arg(&out)
-            .args(args)
-            .current_dir(&root)
-            .env(crate::test::EP_LIBRARY_VAR, &lib)
-            .env("PYTHONDONTWRITEBYTECODE", "1"),
-    )
+    run_python_bench(venv, &lib, "startup.py", &out, args)
 }
 
 /// A BERT fused by ORT's transformer optimizer (EmbedLayerNormalization, Attention,
@@ -111,16 +110,12 @@ fn bert(args: &[String]) -> Result<()> {
     let lib = crate::build::run()?;
     let out = target_dir().join("bench").join("bert.json");
     banner("bench bert: an ORT-optimized BERT, CPU EP vs MLX EP");
-    let root = crate::util::workspace_root();
-    run_cmd(
-        Command::new(venv.python())
-            .arg(root.join("tests").join("python").join("bench_bert.py"))
-            .args(["--json"])
-            .arg(&out)
-            .args(args.iter().filter(|a| *a != "--"))
-            .current_dir(&root)
-            .env(crate::test::EP_LIBRARY_VAR, &lib)
-            .env("PYTHONDONTWRITEBYTECODE", "1"),
+    run_python_bench(
+        venv,
+        &lib,
+        "bench_bert.py",
+        &out,
+        args.iter().filter(|a| *a != "--"),
     )
 }
 
@@ -129,18 +124,22 @@ fn gemm() -> Result<()> {
     setup::run(Scope::SystemOnly)?;
     let out = target_dir().join("bench").join("gemm.json");
     banner("bench gemm: MLX matmul vs the system BLAS (1024x1024x1024 float32)");
-    run_cmd(
-        cargo()
-            .args([
-                "run",
-                "--release",
-                "--quiet",
-                "-p",
-                "ortmlx",
-                "--example",
-                "gemm_bench",
-                "--",
-            ])
-            .arg(&out),
-    )
+    run_cmd(release_example("ortmlx", "gemm_bench").arg(&out))
+}
+
+/// `cargo run --release --quiet -p <package> --example <example> --`, the example's own
+/// arguments to follow.
+fn release_example(package: &str, example: &str) -> Command {
+    let mut cmd = cargo();
+    cmd.args([
+        "run",
+        "--release",
+        "--quiet",
+        "-p",
+        package,
+        "--example",
+        example,
+        "--",
+    ]);
+    cmd
 }

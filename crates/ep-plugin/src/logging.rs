@@ -124,7 +124,7 @@ impl ClaimRecord<'_> {
 }
 
 /// Appends `s` as a JSON string literal.
-fn json_string(out: &mut String, s: &str) {
+pub(crate) fn json_string(out: &mut String, s: &str) {
     out.push('"');
     for c in s.chars() {
         match c {

@@ -428,6 +428,16 @@ mod tests {
     use super::*;
     use crate::abi::PROFILING_CATEGORY_KERNEL;
 
+    /// The names of the events `s` has taken, in order.
+    fn event_names(s: &Sink) -> Vec<String> {
+        s.events
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|e| e.name.clone())
+            .collect()
+    }
+
     fn sink(start: Instant) -> Arc<Sink> {
         Arc::new(Sink {
             id: 7,
@@ -488,13 +498,7 @@ mod tests {
         hub.record(event(Instant::now(), "during"));
         let stopped = hub.stop(7).unwrap();
         hub.record(event(Instant::now(), "after"));
-        let names: Vec<String> = stopped
-            .events
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|e| e.name.clone())
-            .collect();
+        let names = event_names(&stopped);
         assert_eq!(names, ["during"]);
         assert!(!hub.enabled());
     }
@@ -509,13 +513,7 @@ mod tests {
         OPEN.with(|o| o.borrow_mut().push((7, 1)));
         hub.record(event(Instant::now(), "inside"));
         OPEN.with(|o| o.borrow_mut().clear());
-        let names: Vec<String> = s
-            .events
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|e| e.name.clone())
-            .collect();
+        let names = event_names(&s);
         assert_eq!(names, ["inside"]);
     }
 }

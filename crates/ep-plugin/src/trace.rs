@@ -18,6 +18,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
+use crate::logging::json_string;
+
 /// The environment variable naming the trace file.
 pub const TRACE_VAR: &str = "ORTMLX_TRACE";
 
@@ -249,28 +251,9 @@ fn write_atomically(path: &std::path::Path, text: &str) -> std::io::Result<()> {
     })
 }
 
-/// Appends `s` as a JSON string literal.
-fn json_str(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-}
-
 fn json_arg(out: &mut String, arg: &Arg) {
     match arg {
-        Arg::Str(s) => json_str(out, s),
+        Arg::Str(s) => json_string(out, s),
         Arg::Int(v) => {
             let _ = write!(out, "{v}");
         }
@@ -280,7 +263,7 @@ fn json_arg(out: &mut String, arg: &Arg) {
                 if i > 0 {
                     out.push(',');
                 }
-                json_str(out, item);
+                json_string(out, item);
             }
             out.push(']');
         }
@@ -293,7 +276,7 @@ fn render(pid: u32, state: &State) -> String {
     out.push_str(
         "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"ep\":\"MLXExecutionProvider\",\"version\":",
     );
-    json_str(&mut out, env!("CARGO_PKG_VERSION"));
+    json_string(&mut out, env!("CARGO_PKG_VERSION"));
     let _ = write!(out, ",\"dropped_events\":{}}},", state.dropped);
     out.push_str("\"traceEvents\":[\n");
     let _ = write!(
@@ -308,9 +291,9 @@ fn render(pid: u32, state: &State) -> String {
     }
     for e in &state.events {
         out.push_str(",\n{\"ph\":\"X\",\"cat\":");
-        json_str(&mut out, e.cat);
+        json_string(&mut out, e.cat);
         out.push_str(",\"name\":");
-        json_str(&mut out, &e.name);
+        json_string(&mut out, &e.name);
         let _ = write!(
             out,
             ",\"ts\":{:.3},\"dur\":{:.3},\"pid\":{pid},\"tid\":{},\"args\":{{",
@@ -320,7 +303,7 @@ fn render(pid: u32, state: &State) -> String {
             if i > 0 {
                 out.push(',');
             }
-            json_str(&mut out, k);
+            json_string(&mut out, k);
             out.push(':');
             json_arg(&mut out, v);
         }

@@ -5,10 +5,10 @@
 
 use onnx_ir::{Attribute, DataType, Dim, Graph, Node, TensorData, ValueInfo};
 use plan::CompileClass;
-use runtime::{Executable, InputTensor, OutputTensor, RunPath};
+use runtime::{Executable, OutputTensor, RunPath};
 
 mod common;
-use common::{executable_with, f32_bytes, i64_bytes};
+use common::{executable_with, f32_bytes, i64_bytes, input};
 
 const HIDDEN: i64 = 32;
 const HEADS: i64 = 4;
@@ -245,26 +245,10 @@ impl Step {
         let mask_dims = [self.batch, self.past + self.seq];
         let kv_dims = [self.batch, KV_HEADS, self.past, HEAD];
         e.run(&[
-            InputTensor {
-                dtype: DataType::Int64,
-                dims: &ids_dims,
-                data: &ids,
-            },
-            InputTensor {
-                dtype: DataType::Int64,
-                dims: &mask_dims,
-                data: &mask,
-            },
-            InputTensor {
-                dtype: DataType::Float,
-                dims: &kv_dims,
-                data: &pk,
-            },
-            InputTensor {
-                dtype: DataType::Float,
-                dims: &kv_dims,
-                data: &pv,
-            },
+            input(DataType::Int64, &ids_dims, &ids),
+            input(DataType::Int64, &mask_dims, &mask),
+            input(DataType::Float, &kv_dims, &pk),
+            input(DataType::Float, &kv_dims, &pv),
         ])
         .expect("run")
     }

@@ -3,7 +3,10 @@
 //! run-time requirements are errors naming the node, and the executable keeps working.
 
 use onnx_ir::{DataType, Dim, Graph, Node, ValueInfo};
-use runtime::{Executable, InputTensor, RuntimeOptions};
+use runtime::{Executable, RuntimeOptions};
+
+mod common;
+use common::input;
 
 fn graph(inputs: Vec<ValueInfo>, output: ValueInfo, nodes: Vec<Node>) -> Graph {
     let mut g = Graph {
@@ -30,10 +33,6 @@ fn bytes<T: Copy>(v: &[T]) -> Vec<u8> {
     // SAFETY: plain numbers, read as bytes.
     unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
         .to_vec()
-}
-
-fn input<'a>(dtype: DataType, dims: &'a [i64], data: &'a [u8]) -> InputTensor<'a> {
-    InputTensor { dtype, dims, data }
 }
 
 #[test]

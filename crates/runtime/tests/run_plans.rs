@@ -4,7 +4,7 @@ use onnx_ir::{Attribute, DataType, Dim, Graph, Node, TensorData, ValueInfo};
 use runtime::{Executable, InputTensor, RuntimeOptions};
 
 mod common;
-use common::{executable_with, f32_bytes, i64_bytes};
+use common::{executable_with, f32_bytes, i64_bytes, input};
 
 fn f32s(b: &[u8]) -> Vec<f32> {
     b.chunks_exact(4)
@@ -12,14 +12,9 @@ fn f32s(b: &[u8]) -> Vec<f32> {
         .collect()
 }
 
+/// [`common::graph`] with every node output typed float32.
 fn graph(inputs: Vec<ValueInfo>, outputs: Vec<ValueInfo>, nodes: Vec<Node>) -> Graph {
-    let mut g = Graph {
-        inputs,
-        outputs,
-        nodes,
-        ..Graph::default()
-    };
-    g.opset_imports.insert(String::new(), 17);
+    let mut g = common::graph(inputs, outputs, nodes);
     // Intermediate values are float32 here, as ORT's type inference would report them.
     for n in &g.nodes {
         for o in &n.outputs {
@@ -72,13 +67,7 @@ fn matmul_add_relu_matches_host_math() {
         let x: Vec<f32> = (0..n * 3).map(|i| i as f32 * 0.5 - 1.0).collect();
         let dims = [n as i64, 3];
         let bytes = f32_bytes(&x);
-        let out = exe
-            .run(&[InputTensor {
-                dtype: DataType::Float,
-                dims: &dims,
-                data: &bytes,
-            }])
-            .unwrap();
+        let out = exe.run(&[input(DataType::Float, &dims, &bytes)]).unwrap();
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].dims, vec![n as i64, 2]);
         assert_eq!(out[0].dtype, DataType::Float);
@@ -114,16 +103,8 @@ fn reshape_transpose_with_a_shape_input_read_at_run_time() {
     let shape = i64_bytes(&[3, -1]);
     let out = exe
         .run(&[
-            InputTensor {
-                dtype: DataType::Float,
-                dims: &[2, 3],
-                data: &x,
-            },
-            InputTensor {
-                dtype: DataType::Int64,
-                dims: &[2],
-                data: &shape,
-            },
+            input(DataType::Float, &[2, 3], &x),
+            input(DataType::Int64, &[2], &shape),
         ])
         .unwrap();
     assert_eq!(out[0].dims, vec![2, 3]);
@@ -145,11 +126,7 @@ fn softmax_and_gather_with_negative_indices() {
     let exe = executable(&g);
     let x = [1.0f32, 2.0, 3.0, 0.0, 0.0, 0.0];
     let out = exe
-        .run(&[InputTensor {
-            dtype: DataType::Float,
-            dims: &[2, 3],
-            data: &f32_bytes(&x),
-        }])
+        .run(&[input(DataType::Float, &[2, 3], &f32_bytes(&x))])
         .unwrap();
     let got = f32s(out[0].data());
     let e: Vec<f32> = [1.0f32, 2.0, 3.0].iter().map(|v| v.exp()).collect();
@@ -171,20 +148,12 @@ fn a_wrong_input_dtype_is_an_error_and_the_next_run_works() {
     let exe = executable(&g);
     let ints = i64_bytes(&[1, 2]);
     let err = exe
-        .run(&[InputTensor {
-            dtype: DataType::Int64,
-            dims: &[2],
-            data: &ints,
-        }])
+        .run(&[input(DataType::Int64, &[2], &ints)])
         .err()
         .unwrap();
     assert!(err.0.contains("int64"), "{err}");
     let ok = exe
-        .run(&[InputTensor {
-            dtype: DataType::Float,
-            dims: &[2],
-            data: &f32_bytes(&[-1.0, 2.0]),
-        }])
+        .run(&[input(DataType::Float, &[2], &f32_bytes(&[-1.0, 2.0]))])
         .unwrap();
     assert_eq!(f32s(ok[0].data()), vec![0.0, 2.0]);
 }
@@ -201,13 +170,7 @@ fn runs_from_other_threads_work() {
     let exe = std::sync::Arc::new(executable(&g));
     let run = |exe: &Executable| {
         let x = f32_bytes(&[1.5, -2.0]);
-        let out = exe
-            .run(&[InputTensor {
-                dtype: DataType::Float,
-                dims: &[2],
-                data: &x,
-            }])
-            .unwrap();
+        let out = exe.run(&[input(DataType::Float, &[2], &x)]).unwrap();
         out[0].data().to_vec()
     };
     let first = run(&exe);
@@ -246,20 +209,8 @@ fn identical_initializers_are_shared_between_executables() {
         );
     }
     let x = f32_bytes(&vec![1.0; 1024]);
-    let ra = a
-        .run(&[InputTensor {
-            dtype: DataType::Float,
-            dims: &[1024],
-            data: &x,
-        }])
-        .unwrap();
-    let rb = b
-        .run(&[InputTensor {
-            dtype: DataType::Float,
-            dims: &[1024],
-            data: &x,
-        }])
-        .unwrap();
+    let ra = a.run(&[input(DataType::Float, &[1024], &x)]).unwrap();
+    let rb = b.run(&[input(DataType::Float, &[1024], &x)]).unwrap();
     assert_eq!(ra[0].data(), rb[0].data());
     assert!((f32s(ra[0].data())[10] - (1.0 + w[10])).abs() < 1e-6);
 }
@@ -269,11 +220,7 @@ fn run_f32(exe: &Executable, inputs: &[(&[i64], &[f32])]) -> Vec<f32> {
     let tensors: Vec<InputTensor> = inputs
         .iter()
         .zip(&bytes)
-        .map(|((dims, _), data)| InputTensor {
-            dtype: DataType::Float,
-            dims,
-            data,
-        })
+        .map(|((dims, _), data)| input(DataType::Float, dims, data))
         .collect();
     f32s(exe.run(&tensors).unwrap()[0].data())
 }
@@ -383,16 +330,8 @@ fn decode_shaped_runs_use_one_shapeless_closure() {
         let run = |e: &Executable| {
             let out = e
                 .run(&[
-                    InputTensor {
-                        dtype: DataType::Int64,
-                        dims: &[1, 1],
-                        data: &ids,
-                    },
-                    InputTensor {
-                        dtype: DataType::Float,
-                        dims: &[1, past_len],
-                        data: &past_b,
-                    },
+                    input(DataType::Int64, &[1, 1], &ids),
+                    input(DataType::Float, &[1, past_len], &past_b),
                 ])
                 .unwrap();
             (out[0].dims.clone(), f32s(out[0].data()))
@@ -461,21 +400,9 @@ fn decoder_step(
     let out = exe
         .run_with(
             &[
-                InputTensor {
-                    dtype: DataType::Float,
-                    dims: &xd,
-                    data: &xb,
-                },
-                InputTensor {
-                    dtype: DataType::Float,
-                    dims: &ed,
-                    data: &eb,
-                },
-                InputTensor {
-                    dtype: DataType::Float,
-                    dims: &pd,
-                    data: &pb,
-                },
+                input(DataType::Float, &xd, &xb),
+                input(DataType::Float, &ed, &eb),
+                input(DataType::Float, &pd, &pb),
             ],
             &runtime::RunContext {
                 generation_key: key,
@@ -607,16 +534,8 @@ fn host_kernel_steps_run_on_device_values() {
     let u = i64_bytes(&[3, 1, 3, 2, 1]);
     let out = exe
         .run(&[
-            InputTensor {
-                dtype: DataType::Float,
-                dims: &[2, 3],
-                data: &x,
-            },
-            InputTensor {
-                dtype: DataType::Int64,
-                dims: &[5],
-                data: &u,
-            },
+            input(DataType::Float, &[2, 3], &x),
+            input(DataType::Int64, &[5], &u),
         ])
         .unwrap();
     let i64s = |b: &[u8]| -> Vec<i64> {

@@ -2,21 +2,10 @@
 
 use onnx_ir::{Attribute, DataType, Dim, Graph, Node, TensorData, ValueInfo};
 use plan::CompileClass;
-use runtime::{Executable, InputTensor, RunPath};
+use runtime::{Executable, RunPath};
 
 mod common;
-use common::{executable_with, f32_bytes, i64_bytes};
-
-fn graph(inputs: Vec<ValueInfo>, outputs: Vec<ValueInfo>, nodes: Vec<Node>) -> Graph {
-    let mut g = Graph {
-        inputs,
-        outputs,
-        nodes,
-        ..Graph::default()
-    };
-    g.opset_imports.insert(String::new(), 17);
-    g
-}
+use common::{executable_with, f32_bytes, graph, i64_bytes, input};
 
 fn typed(g: &mut Graph, name: &str, dtype: DataType) {
     g.value_info.insert(
@@ -61,11 +50,7 @@ fn plain() -> Graph {
 fn run_plain(e: &Executable, n: i64) -> Vec<f32> {
     let x: Vec<f32> = (0..n * 4).map(|i| i as f32 - 3.0).collect();
     let out = e
-        .run(&[InputTensor {
-            dtype: DataType::Float,
-            dims: &[n, 4],
-            data: &f32_bytes(&x),
-        }])
+        .run(&[input(DataType::Float, &[n, 4], &f32_bytes(&x))])
         .expect("run");
     out[0]
         .data()
@@ -134,17 +119,10 @@ fn a_decode_shaped_run_of_a_shapeless_plan_uses_the_decode_slot() {
     let ids = i64_bytes(&[7]);
     for past_len in [1i64, 2, 3] {
         let past = f32_bytes(&vec![0.25; past_len as usize]);
+        let past_dims = [1, past_len];
         let prompt = [
-            InputTensor {
-                dtype: DataType::Int64,
-                dims: &[1, 1],
-                data: &ids,
-            },
-            InputTensor {
-                dtype: DataType::Float,
-                dims: &[1, past_len],
-                data: &past,
-            },
+            input(DataType::Int64, &[1, 1], &ids),
+            input(DataType::Float, &past_dims, &past),
         ];
         e.run(&prompt).expect("run");
         let last = e.run_stats().last.unwrap();
@@ -197,16 +175,8 @@ fn a_host_read_is_a_synchronisation_and_keeps_the_plan_eager() {
     for _ in 0..2 {
         let out = e
             .run(&[
-                InputTensor {
-                    dtype: DataType::Float,
-                    dims: &[2, 3],
-                    data: &x,
-                },
-                InputTensor {
-                    dtype: DataType::Float,
-                    dims: &[2],
-                    data: &shape,
-                },
+                input(DataType::Float, &[2, 3], &x),
+                input(DataType::Float, &[2], &shape),
             ])
             .expect("run");
         assert_eq!(out[0].dims, vec![3, 2]);
@@ -271,16 +241,8 @@ fn input_values_shape_the_compiled_key_and_need_no_host_read() {
         let shape = i64_bytes(&target);
         let out = e
             .run(&[
-                InputTensor {
-                    dtype: DataType::Float,
-                    dims: &[2, 3],
-                    data: &x,
-                },
-                InputTensor {
-                    dtype: DataType::Int64,
-                    dims: &[2],
-                    data: &shape,
-                },
+                input(DataType::Float, &[2, 3], &x),
+                input(DataType::Int64, &[2], &shape),
             ])
             .expect("run");
         assert_eq!(out[0].dims, want, "target {target:?}");
@@ -308,13 +270,7 @@ fn a_strided_output_costs_one_more_synchronisation() {
     typed(&mut g, "z", DataType::Float);
     let e = exe(&g, false);
     let x = f32_bytes(&[0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
-    let out = e
-        .run(&[InputTensor {
-            dtype: DataType::Float,
-            dims: &[2, 3],
-            data: &x,
-        }])
-        .expect("run");
+    let out = e.run(&[input(DataType::Float, &[2, 3], &x)]).expect("run");
     assert_eq!(out[0].dims, vec![3, 2]);
     let last = e.run_stats().last.unwrap();
     assert_eq!((last.host_syncs, last.host_reads), (2, 0), "{last:?}");
@@ -376,13 +332,7 @@ fn shape_arithmetic_of_activations_runs_on_the_host() {
         for dims in [[2i64, 3, 4], [5, 1, 2], [2, 3, 4]] {
             let n = dims.iter().product::<i64>() as usize;
             let x = f32_bytes(&(0..n).map(|i| i as f32 - 3.0).collect::<Vec<_>>());
-            let out = e
-                .run(&[InputTensor {
-                    dtype: DataType::Float,
-                    dims: &dims,
-                    data: &x,
-                }])
-                .expect("run");
+            let out = e.run(&[input(DataType::Float, &dims, &x)]).expect("run");
             assert_eq!(out[0].dims, vec![dims[0], dims[1] * dims[2]]);
             let got: Vec<f32> = out[0]
                 .data()

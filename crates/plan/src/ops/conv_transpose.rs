@@ -3,12 +3,12 @@
 
 use onnx_ir::{Node, TensorData};
 
-use super::nn::{channels_first_perm, channels_last_perm, spatial_attr};
+use super::nn::{channel_perms, finish_channels_last, spatial_attr};
 use super::*;
 use crate::decline;
 use crate::plan::invalid;
 use crate::registry::ClaimCtx;
-use crate::step::{BinaryOp as B, ConvTransposePadding, ConvTransposeSpec, ReshapeTarget};
+use crate::step::{ConvTransposePadding, ConvTransposeSpec, ReshapeTarget};
 
 /// Registers the ConvTranspose family.
 #[rustfmt::skip]
@@ -174,11 +174,7 @@ fn lower_conv_transpose(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError
     let spec = conv_transpose_spec(node, &wshape).or_invalid(node)?;
     let rank = spec.kernel.len() + 2;
     let (split, perm, merged) = regroup(&wshape, spec.groups);
-    let to_cl: Vec<i32> = channels_last_perm(rank).iter().map(|&v| v as i32).collect();
-    let to_cf: Vec<i32> = channels_first_perm(rank)
-        .iter()
-        .map(|&v| v as i32)
-        .collect();
+    let (to_cl, to_cf) = channel_perms(rank);
 
     let x = ctx.input(node, 0)?;
     let xcl = ctx.temp(dt);
@@ -217,24 +213,14 @@ fn lower_conv_transpose(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError
             c
         }
     };
-    let mut y = ctx.temp(dt);
+    let y = ctx.temp(dt);
     ctx.push(Step::ConvTranspose {
         x: xcl,
         w,
         spec,
         out: y,
     });
-    if let Some(b) = ctx.opt_input(node, 2)? {
-        // Channels-last: the [M] bias broadcasts along the last axis.
-        y = ctx.binary(B::Add, y, b, dt);
-    }
-    let out = ctx.temp(dt);
-    ctx.push(Step::Transpose {
-        x: y,
-        perm: Some(to_cf),
-        out,
-    });
-    ctx.finish(node, 0, out, dt)
+    finish_channels_last(ctx, node, y, to_cf, dt)
 }
 
 #[cfg(test)]

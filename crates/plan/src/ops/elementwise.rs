@@ -331,17 +331,6 @@ fn lower_logic(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     ctx.finish(node, 0, out, DataType::Bool)
 }
 
-const INTEGERS: &[DataType] = &[
-    DataType::Int8,
-    DataType::Int16,
-    DataType::Int32,
-    DataType::Int64,
-    DataType::Uint8,
-    DataType::Uint16,
-    DataType::Uint32,
-    DataType::Uint64,
-];
-
 fn claim_bitwise(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
     let n = if node.op_type == "BitwiseNot" { 1 } else { 2 };
     same_dtypes(ctx, node, 0..n, INTEGERS).map(|_| ())

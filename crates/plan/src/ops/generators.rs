@@ -81,22 +81,14 @@ fn window_dtype(node: &Node) -> Result<DataType, String> {
 
 /// Integer outputs truncate, float32 rounds once from ORT's double values; half types would
 /// round twice, so they are not claimed.
-const WINDOW_TYPES: &[DataType] = &[
-    DataType::Float,
-    DataType::Int8,
-    DataType::Int16,
-    DataType::Int32,
-    DataType::Int64,
-    DataType::Uint8,
-    DataType::Uint16,
-    DataType::Uint32,
-    DataType::Uint64,
-];
+fn window_type_claimed(dt: DataType) -> bool {
+    dt == DataType::Float || INTEGERS.contains(&dt)
+}
 
 fn claim_window(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
     ctx.expect_dtype(node, 0, INDEX)?;
     let dt = window_dtype(node).or_decline()?;
-    if !WINDOW_TYPES.contains(&dt) {
+    if !window_type_claimed(dt) {
         decline!(
             "{}: output_datatype {dt} is not claimed{}",
             node.op_type,

@@ -366,13 +366,28 @@ fn lower_scatter_nd(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     // updates `grid ++ rest` -> `grid ++ [1] * k ++ rest`.
     let unit: Vec<i64> = (q as i64 - 1..q as i64 - 1 + k).collect();
     let updates = ctx.unsqueeze(updates, unit, dt);
+    finish_scatter(ctx, node, op, x, idx, updates, dt)
+}
+
+/// Scatters `updates` into `x` at `indices` (one index array per leading axis of `x`) as output
+/// 0 of `node`.
+fn finish_scatter(
+    ctx: &mut LowerCtx,
+    node: &Node,
+    op: ScatterOp,
+    x: Slot,
+    indices: Vec<Slot>,
+    updates: Slot,
+    dt: DataType,
+) -> Result<(), PlanError> {
     let out = ctx.temp(dt);
+    let axes = (0..indices.len() as i32).collect();
     ctx.push(Step::Scatter {
         op,
         x,
-        indices: idx,
+        indices,
         updates,
-        axes: (0..k as i32).collect(),
+        axes,
         out,
     });
     ctx.finish(node, 0, out, dt)
@@ -414,16 +429,7 @@ fn lower_scatter_elements(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanErr
         }
     }
     let updates = ctx.unsqueeze(updates, (r as i64..2 * r as i64).collect(), dt);
-    let out = ctx.temp(dt);
-    ctx.push(Step::Scatter {
-        op,
-        x,
-        indices: idx,
-        updates,
-        axes: (0..r as i32).collect(),
-        out,
-    });
-    ctx.finish(node, 0, out, dt)
+    finish_scatter(ctx, node, op, x, idx, updates, dt)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -814,14 +820,5 @@ fn lower_tensor_scatter(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError
         });
     }
     let updates = ctx.unsqueeze(update, (r as i64..2 * r as i64).collect(), dt);
-    let out = ctx.temp(dt);
-    ctx.push(Step::Scatter {
-        op: ScatterOp::Assign,
-        x: past,
-        indices: idx,
-        updates,
-        axes: (0..r as i32).collect(),
-        out,
-    });
-    ctx.finish(node, 0, out, dt)
+    finish_scatter(ctx, node, ScatterOp::Assign, past, idx, updates, dt)
 }

@@ -76,33 +76,8 @@ pub fn register_all(r: &mut Registry) {
     control::register(r);
 }
 
-/// DataType::Float types MLX computes on every device.
-pub(crate) const FLOATS: &[DataType] = &[DataType::Float, DataType::Float16, DataType::BFloat16];
-/// Numeric types: floats and all integers.
-pub(crate) const NUMERIC: &[DataType] = &[
-    DataType::Float,
-    DataType::Float16,
-    DataType::BFloat16,
-    DataType::Int8,
-    DataType::Int16,
-    DataType::Int32,
-    DataType::Int64,
-    DataType::Uint8,
-    DataType::Uint16,
-    DataType::Uint32,
-    DataType::Uint64,
-];
-/// Floats and signed integers.
-pub(crate) const SIGNED_NUMERIC: &[DataType] = &[
-    DataType::Float,
-    DataType::Float16,
-    DataType::BFloat16,
-    DataType::Int8,
-    DataType::Int16,
-    DataType::Int32,
-    DataType::Int64,
-];
-/// Every type MLX stores exactly (numeric and bool).
+/// Every type MLX stores exactly: the floats, the signed then the unsigned integers, and bool,
+/// in that order, so that the narrower lists below are slices of it.
 pub(crate) const DATA: &[DataType] = &[
     DataType::Float,
     DataType::Float16,
@@ -117,92 +92,91 @@ pub(crate) const DATA: &[DataType] = &[
     DataType::Uint64,
     DataType::Bool,
 ];
+/// DataType::Float types MLX computes on every device.
+pub(crate) const FLOATS: &[DataType] = DATA.split_at(3).0;
+/// Numeric types: floats and all integers.
+pub(crate) const NUMERIC: &[DataType] = DATA.split_at(11).0;
+/// Floats and signed integers.
+pub(crate) const SIGNED_NUMERIC: &[DataType] = DATA.split_at(7).0;
+/// Signed and unsigned integers.
+pub(crate) const INTEGERS: &[DataType] = NUMERIC.split_at(3).1;
 /// Integer types for indices.
 pub(crate) const INDEX: &[DataType] = &[DataType::Int32, DataType::Int64];
 
 // ---------------------------------------------------------------------------------------------
 // Attribute access.
 
-/// An `INT` attribute.
-pub(crate) fn attr_int(node: &Node, name: &str) -> Result<Option<i64>, String> {
-    match node.attributes.get(name) {
-        None => Ok(None),
-        Some(Attribute::Int(v)) => Ok(Some(*v)),
-        Some(a) => Err(format!(
-            "{}: attribute '{name}' is {}, expected INT",
+/// The attribute `name` of `node` when it is of ONNX kind `expected`: `pick` returns the value
+/// of that kind and `None` for any other, which is an error naming both kinds.
+fn typed_attr<'a, T>(
+    node: &'a Node,
+    name: &str,
+    expected: &str,
+    pick: impl FnOnce(&'a Attribute) -> Option<T>,
+) -> Result<Option<T>, String> {
+    let Some(a) = node.attributes.get(name) else {
+        return Ok(None);
+    };
+    pick(a).map(Some).ok_or_else(|| {
+        format!(
+            "{}: attribute '{name}' is {}, expected {expected}",
             node.op_type,
             a.kind()
-        )),
-    }
+        )
+    })
+}
+
+/// An `INT` attribute.
+pub(crate) fn attr_int(node: &Node, name: &str) -> Result<Option<i64>, String> {
+    typed_attr(node, name, "INT", |a| match a {
+        Attribute::Int(v) => Some(*v),
+        _ => None,
+    })
 }
 
 /// A `FLOAT` attribute.
 pub(crate) fn attr_float(node: &Node, name: &str) -> Result<Option<f32>, String> {
-    match node.attributes.get(name) {
-        None => Ok(None),
-        Some(Attribute::Float(v)) => Ok(Some(*v)),
-        Some(a) => Err(format!(
-            "{}: attribute '{name}' is {}, expected FLOAT",
-            node.op_type,
-            a.kind()
-        )),
-    }
+    typed_attr(node, name, "FLOAT", |a| match a {
+        Attribute::Float(v) => Some(*v),
+        _ => None,
+    })
 }
 
 /// A `FLOATS` attribute.
 pub(crate) fn attr_floats(node: &Node, name: &str) -> Result<Option<Vec<f32>>, String> {
-    match node.attributes.get(name) {
-        None => Ok(None),
-        Some(Attribute::Floats(v)) => Ok(Some(v.clone())),
-        Some(a) => Err(format!(
-            "{}: attribute '{name}' is {}, expected FLOATS",
-            node.op_type,
-            a.kind()
-        )),
-    }
+    typed_attr(node, name, "FLOATS", |a| match a {
+        Attribute::Floats(v) => Some(v.clone()),
+        _ => None,
+    })
 }
 
 /// A `STRINGS` attribute (lossily decoded as UTF-8).
 pub(crate) fn attr_strings(node: &Node, name: &str) -> Result<Option<Vec<String>>, String> {
-    match node.attributes.get(name) {
-        None => Ok(None),
-        Some(Attribute::Strings(v)) => Ok(Some(
-            v.iter()
-                .map(|s| String::from_utf8_lossy(s).into_owned())
-                .collect(),
-        )),
-        Some(a) => Err(format!(
-            "{}: attribute '{name}' is {}, expected STRINGS",
-            node.op_type,
-            a.kind()
-        )),
-    }
+    typed_attr(node, name, "STRINGS", |a| match a {
+        Attribute::Strings(v) => Some(v.iter().map(|s| utf8_lossy(s)).collect()),
+        _ => None,
+    })
 }
 
 /// An `INTS` attribute.
 pub(crate) fn attr_ints(node: &Node, name: &str) -> Result<Option<Vec<i64>>, String> {
-    match node.attributes.get(name) {
-        None => Ok(None),
-        Some(Attribute::Ints(v)) => Ok(Some(v.clone())),
-        Some(a) => Err(format!(
-            "{}: attribute '{name}' is {}, expected INTS",
-            node.op_type,
-            a.kind()
-        )),
-    }
+    typed_attr(node, name, "INTS", |a| match a {
+        Attribute::Ints(v) => Some(v.clone()),
+        _ => None,
+    })
 }
 
 /// A `STRING` attribute as UTF-8.
 pub(crate) fn attr_str(node: &Node, name: &str) -> Result<Option<String>, String> {
-    match node.attributes.get(name) {
-        None => Ok(None),
-        Some(Attribute::String(v)) => Ok(Some(String::from_utf8_lossy(v).into_owned())),
-        Some(a) => Err(format!(
-            "{}: attribute '{name}' is {}, expected STRING",
-            node.op_type,
-            a.kind()
-        )),
-    }
+    typed_attr(node, name, "STRING", |a| match a {
+        Attribute::String(v) => Some(utf8_lossy(v)),
+        _ => None,
+    })
+}
+
+/// Bytes as UTF-8, invalid sequences replaced.
+fn utf8_lossy(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
 }
 
 /// Turns `Result<T, String>` into a decline or a plan error.

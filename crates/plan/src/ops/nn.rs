@@ -152,17 +152,22 @@ pub(crate) fn channels_first_perm(rank: usize) -> Vec<usize> {
     p
 }
 
+/// `(to channels-last, back to channels-first)` transpose permutations for rank `rank`.
+pub(crate) fn channel_perms(rank: usize) -> (Vec<i32>, Vec<i32>) {
+    let i32s = |p: Vec<usize>| p.into_iter().map(|v| v as i32).collect();
+    (
+        i32s(channels_last_perm(rank)),
+        i32s(channels_first_perm(rank)),
+    )
+}
+
 fn lower_conv(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     let dt = ctx.input_dtype(node, 0)?;
     let wname = node.input(1).unwrap_or("").to_string();
     let wshape = ctx.fixed_shape(&wname);
     let spec = conv_spec(node, wshape, ctx.input_rank(node, 1)).or_invalid(node)?;
     let rank = spec.kernel.len() + 2;
-    let to_cl: Vec<i32> = channels_last_perm(rank).iter().map(|&v| v as i32).collect();
-    let to_cf: Vec<i32> = channels_first_perm(rank)
-        .iter()
-        .map(|&v| v as i32)
-        .collect();
+    let (to_cl, to_cf) = channel_perms(rank);
 
     let x = ctx.input(node, 0)?;
     let xcl = ctx.temp(dt);
@@ -187,15 +192,27 @@ fn lower_conv(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
             out
         }
     };
-    let mut y = ctx.temp(dt);
+    let y = ctx.temp(dt);
     ctx.push(Step::Conv {
         x: xcl,
         w: wcl,
         spec,
         out: y,
     });
+    finish_channels_last(ctx, node, y, to_cf, dt)
+}
+
+/// The last steps of Conv and ConvTranspose: adds the optional bias (input 2) to the
+/// channels-last result `y`, where it broadcasts along the last axis, and transposes it back to
+/// channels-first by `to_cf` as output 0.
+pub(crate) fn finish_channels_last(
+    ctx: &mut LowerCtx,
+    node: &Node,
+    mut y: Slot,
+    to_cf: Vec<i32>,
+    dt: DataType,
+) -> Result<(), PlanError> {
     if let Some(b) = ctx.opt_input(node, 2)? {
-        // Channels-last: the [O] bias broadcasts along the last axis.
         y = ctx.binary(B::Add, y, b, dt);
     }
     let out = ctx.temp(dt);

@@ -134,9 +134,7 @@ fn is_vector(ctx: &LowerCtx, node: &Node, i: usize) -> bool {
 
 fn lower_layer_norm(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     let dt = ctx.input_dtype(node, 0)?;
-    let eps = attr_float(node, "epsilon")
-        .or_invalid(node)?
-        .unwrap_or(1e-5);
+    let eps = epsilon(node)?;
     let (axes, last) = norm_axes(ctx, node)?;
     let x = ctx.input(node, 0)?;
     let scale = ctx.input(node, 1)?;
@@ -148,7 +146,7 @@ fn lower_layer_norm(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
             x,
             weight: Some(scale),
             bias,
-            eps,
+            eps: eps as f32,
             out,
         });
         return ctx.finish(node, 0, out, dt);
@@ -156,13 +154,8 @@ fn lower_layer_norm(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     // Decomposed, in float32: y = (x - mean) * rsqrt(var + eps) * scale + bias.
     let cdt = compute_dtype(dt);
     let xc = ctx.cast(x, dt, cdt);
-    let mean = reduce(ctx, ReduceOp::Mean, xc, &axes, cdt);
-    let d = ctx.binary(B::Subtract, xc, mean, cdt);
-    let d2 = ctx.unary(U::Square, d, cdt);
-    let var = reduce(ctx, ReduceOp::Mean, d2, &axes, cdt);
-    let e = ctx.scalar(cdt, eps as f64)?;
-    let ve = ctx.binary(B::Add, var, e, cdt);
-    let inv = ctx.unary(U::Rsqrt, ve, cdt);
+    let (mean, d, var) = moments(ctx, xc, &axes, cdt);
+    let inv = rsqrt_plus(ctx, var, eps, cdt)?;
     let mut y = ctx.binary(B::Multiply, d, inv, cdt);
     let sc = ctx.cast(scale, dt, cdt);
     y = ctx.binary(B::Multiply, y, sc, cdt);
@@ -174,6 +167,29 @@ fn lower_layer_norm(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     ctx.finish(node, 0, y, dt)?;
     ctx.finish(node, 1, mean, cdt)?;
     ctx.finish(node, 2, inv, cdt)
+}
+
+/// The `epsilon` attribute (default 1e-5) of the normalisation ops.
+fn epsilon(node: &Node) -> Result<f64, PlanError> {
+    Ok(attr_float(node, "epsilon")
+        .or_invalid(node)?
+        .unwrap_or(1e-5) as f64)
+}
+
+/// `(mean, x - mean, biased variance)` of `x` over `axes`, kept as size-1 axes.
+fn moments(ctx: &mut LowerCtx, x: Slot, axes: &[i64], dt: DataType) -> (Slot, Slot, Slot) {
+    let mean = reduce(ctx, ReduceOp::Mean, x, axes, dt);
+    let d = ctx.binary(B::Subtract, x, mean, dt);
+    let d2 = ctx.unary(U::Square, d, dt);
+    let var = reduce(ctx, ReduceOp::Mean, d2, axes, dt);
+    (mean, d, var)
+}
+
+/// `1 / sqrt(v + eps)`.
+fn rsqrt_plus(ctx: &mut LowerCtx, v: Slot, eps: f64, dt: DataType) -> Result<Slot, PlanError> {
+    let e = ctx.scalar(dt, eps)?;
+    let ve = ctx.binary(B::Add, v, e, dt);
+    Ok(ctx.unary(U::Rsqrt, ve, dt))
 }
 
 fn reduce(ctx: &mut LowerCtx, op: ReduceOp, x: Slot, axes: &[i64], dt: DataType) -> Slot {
@@ -190,9 +206,7 @@ fn reduce(ctx: &mut LowerCtx, op: ReduceOp, x: Slot, axes: &[i64], dt: DataType)
 
 fn lower_rms_norm(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     let dt = ctx.input_dtype(node, 0)?;
-    let eps = attr_float(node, "epsilon")
-        .or_invalid(node)?
-        .unwrap_or(1e-5);
+    let eps = epsilon(node)?;
     let (axes, last) = norm_axes(ctx, node)?;
     let x = ctx.input(node, 0)?;
     let scale = ctx.input(node, 1)?;
@@ -201,7 +215,7 @@ fn lower_rms_norm(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
         ctx.push(Step::RmsNorm {
             x,
             weight: Some(scale),
-            eps,
+            eps: eps as f32,
             out,
         });
         return ctx.finish(node, 0, out, dt);
@@ -210,9 +224,7 @@ fn lower_rms_norm(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     let xc = ctx.cast(x, dt, cdt);
     let x2 = ctx.unary(U::Square, xc, cdt);
     let ms = reduce(ctx, ReduceOp::Mean, x2, &axes, cdt);
-    let e = ctx.scalar(cdt, eps as f64)?;
-    let mse = ctx.binary(B::Add, ms, e, cdt);
-    let inv = ctx.unary(U::Rsqrt, mse, cdt);
+    let inv = rsqrt_plus(ctx, ms, eps, cdt)?;
     let y = ctx.binary(B::Multiply, xc, inv, cdt);
     let sc = ctx.cast(scale, dt, cdt);
     let y = ctx.binary(B::Multiply, y, sc, cdt);
@@ -263,19 +275,14 @@ fn lower_batch_norm_training(ctx: &mut LowerCtx, node: &Node) -> Result<(), Plan
     let dt = ctx.input_dtype(node, 0)?;
     let rank = ctx.need_rank(node, 0)?;
     let cdt = compute_dtype(dt);
-    let eps = attr_float(node, "epsilon")
-        .or_invalid(node)?
-        .unwrap_or(1e-5) as f64;
+    let eps = epsilon(node)?;
     let momentum = attr_float(node, "momentum")
         .or_invalid(node)?
         .unwrap_or(0.9) as f64;
     let x0 = ctx.input(node, 0)?;
     let x = ctx.cast(x0, dt, cdt);
     let axes: Vec<i64> = std::iter::once(0).chain(2..rank as i64).collect();
-    let mean = reduce(ctx, ReduceOp::Mean, x, &axes, cdt);
-    let d = ctx.binary(B::Subtract, x, mean, cdt);
-    let d2 = ctx.unary(U::Square, d, cdt);
-    let var = reduce(ctx, ReduceOp::Mean, d2, &axes, cdt);
+    let (mean, d, var) = moments(ctx, x, &axes, cdt);
     let mut p = Vec::new();
     for i in 1..3 {
         let pdt = ctx.input_dtype(node, i)?;
@@ -283,9 +290,7 @@ fn lower_batch_norm_training(ctx: &mut LowerCtx, node: &Node) -> Result<(), Plan
         let v = ctx.cast(v, pdt, cdt);
         p.push(per_channel(ctx, v, cdt, rank));
     }
-    let e = ctx.scalar(cdt, eps)?;
-    let ve = ctx.binary(B::Add, var, e, cdt);
-    let inv = ctx.unary(U::Rsqrt, ve, cdt);
+    let inv = rsqrt_plus(ctx, var, eps, cdt)?;
     let s = ctx.binary(B::Multiply, inv, p[0], cdt);
     let ys = ctx.binary(B::Multiply, d, s, cdt);
     let y = ctx.binary(B::Add, ys, p[1], cdt);
@@ -341,9 +346,7 @@ fn lower_batch_norm(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     }
     let dt = ctx.input_dtype(node, 0)?;
     let rank = ctx.need_rank(node, 0)?;
-    let eps = attr_float(node, "epsilon")
-        .or_invalid(node)?
-        .unwrap_or(1e-5) as f64;
+    let eps = epsilon(node)?;
     let x = ctx.input(node, 0)?;
     let consts: Option<Vec<Vec<f64>>> = (1..5)
         .map(|i| ctx.const_input(node, i).and_then(TensorData::to_f64_vec))
@@ -372,9 +375,7 @@ fn lower_batch_norm(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
             let v = ctx.cast(v, pdt, dt);
             p.push(per_channel(ctx, v, dt, rank));
         }
-        let e = ctx.scalar(dt, eps)?;
-        let ve = ctx.binary(B::Add, p[3], e, dt);
-        let inv = ctx.unary(U::Rsqrt, ve, dt);
+        let inv = rsqrt_plus(ctx, p[3], eps, dt)?;
         let s = ctx.binary(B::Multiply, p[0], inv, dt);
         let ms = ctx.binary(B::Multiply, p[2], s, dt);
         let t = ctx.binary(B::Subtract, p[1], ms, dt);
@@ -385,11 +386,13 @@ fn lower_batch_norm(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     ctx.finish(node, 0, y, dt)
 }
 
+/// InstanceNormalization's claim, also the first check of GroupNormalization's: X, scale and B
+/// share a float type and X is `[N, C, spatial...]` (rank 3 or more).
 fn claim_instance_norm(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
     same_dtypes(ctx, node, 0..3, FLOATS)?;
     let rank = ctx.expect_rank(node, 0)?;
     if rank < 3 {
-        decline!("InstanceNormalization: input rank {rank} is below 3");
+        decline!("{}: input rank {rank} is below 3", node.op_type);
     }
     Ok(())
 }
@@ -397,20 +400,13 @@ fn claim_instance_norm(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
 fn lower_instance_norm(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     let dt = ctx.input_dtype(node, 0)?;
     let rank = ctx.need_rank(node, 0)?;
-    let eps = attr_float(node, "epsilon")
-        .or_invalid(node)?
-        .unwrap_or(1e-5);
+    let eps = epsilon(node)?;
     let cdt = compute_dtype(dt);
     let x = ctx.input(node, 0)?;
     let xc = ctx.cast(x, dt, cdt);
     let axes: Vec<i64> = (2..rank as i64).collect();
-    let mean = reduce(ctx, ReduceOp::Mean, xc, &axes, cdt);
-    let d = ctx.binary(B::Subtract, xc, mean, cdt);
-    let d2 = ctx.unary(U::Square, d, cdt);
-    let var = reduce(ctx, ReduceOp::Mean, d2, &axes, cdt);
-    let e = ctx.scalar(cdt, eps as f64)?;
-    let ve = ctx.binary(B::Add, var, e, cdt);
-    let inv = ctx.unary(U::Rsqrt, ve, cdt);
+    let (_, d, var) = moments(ctx, xc, &axes, cdt);
+    let inv = rsqrt_plus(ctx, var, eps, cdt)?;
     let y = ctx.binary(B::Multiply, d, inv, cdt);
     let scale = ctx.input(node, 1)?;
     let scale = ctx.cast(scale, dt, cdt);
@@ -425,11 +421,7 @@ fn lower_instance_norm(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError>
 }
 
 fn claim_group_norm(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
-    same_dtypes(ctx, node, 0..3, FLOATS)?;
-    let rank = ctx.expect_rank(node, 0)?;
-    if rank < 3 {
-        decline!("GroupNormalization: input rank {rank} is below 3");
-    }
+    claim_instance_norm(ctx, node)?;
     match attr_int(node, "num_groups").or_decline()? {
         Some(g) if g > 0 => {}
         _ => decline!("GroupNormalization: num_groups is missing or invalid"),
@@ -446,9 +438,7 @@ fn lower_group_norm(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     let dt = ctx.input_dtype(node, 0)?;
     let rank = ctx.need_rank(node, 0)?;
     let groups = attr_int(node, "num_groups").or_invalid(node)?.unwrap_or(1);
-    let eps = attr_float(node, "epsilon")
-        .or_invalid(node)?
-        .unwrap_or(1e-5);
+    let eps = epsilon(node)?;
     let cdt = compute_dtype(dt);
     let x = ctx.input(node, 0)?;
     let xc = ctx.cast(x, dt, cdt);
@@ -461,13 +451,8 @@ fn lower_group_norm(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
         },
         out: xg,
     });
-    let mean = reduce(ctx, ReduceOp::Mean, xg, &[2], cdt);
-    let d = ctx.binary(B::Subtract, xg, mean, cdt);
-    let d2 = ctx.unary(U::Square, d, cdt);
-    let var = reduce(ctx, ReduceOp::Mean, d2, &[2], cdt);
-    let e = ctx.scalar(cdt, eps as f64)?;
-    let ve = ctx.binary(B::Add, var, e, cdt);
-    let inv = ctx.unary(U::Rsqrt, ve, cdt);
+    let (_, d, var) = moments(ctx, xg, &[2], cdt);
+    let inv = rsqrt_plus(ctx, var, eps, cdt)?;
     let mut y = ctx.binary(B::Multiply, d, inv, cdt);
     let scale = ctx.input(node, 1)?;
     let scale = ctx.cast(scale, dt, cdt);
@@ -479,20 +464,9 @@ fn lower_group_norm(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
         let b = per_channel(ctx, bias, cdt, 3);
         y = ctx.binary(B::Multiply, y, s, cdt);
         y = ctx.binary(B::Add, y, b, cdt);
-        let back = ctx.temp(cdt);
-        ctx.push(Step::Reshape {
-            x: y,
-            target: ReshapeTarget::Like(x),
-            out: back,
-        });
-        y = back;
+        y = reshape_like(ctx, y, x, cdt);
     } else {
-        let back = ctx.temp(cdt);
-        ctx.push(Step::Reshape {
-            x: y,
-            target: ReshapeTarget::Like(x),
-            out: back,
-        });
+        let back = reshape_like(ctx, y, x, cdt);
         let s = per_channel(ctx, scale, cdt, rank);
         let b = per_channel(ctx, bias, cdt, rank);
         y = ctx.binary(B::Multiply, back, s, cdt);
@@ -500,6 +474,17 @@ fn lower_group_norm(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     }
     let y = ctx.cast(y, cdt, dt);
     ctx.finish(node, 0, y, dt)
+}
+
+/// `y` reshaped to the shape of `like`.
+fn reshape_like(ctx: &mut LowerCtx, y: Slot, like: Slot, dt: DataType) -> Slot {
+    let out = ctx.temp(dt);
+    ctx.push(Step::Reshape {
+        x: y,
+        target: ReshapeTarget::Like(like),
+        out,
+    });
+    out
 }
 
 #[cfg(test)]

@@ -2,8 +2,8 @@
 
 #![allow(dead_code)]
 
-use onnx_ir::Graph;
-use runtime::{Executable, RuntimeOptions};
+use onnx_ir::{DataType, Graph, Node, ValueInfo};
+use runtime::{Executable, InputTensor, RuntimeOptions};
 
 /// Little-endian bytes of float32 values, as ORT hands tensors over.
 pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
@@ -13,6 +13,23 @@ pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
 /// Little-endian bytes of int64 values.
 pub fn i64_bytes(v: &[i64]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// A graph of `nodes` at opset 17 of the default domain.
+pub fn graph(inputs: Vec<ValueInfo>, outputs: Vec<ValueInfo>, nodes: Vec<Node>) -> Graph {
+    let mut g = Graph {
+        inputs,
+        outputs,
+        nodes,
+        ..Graph::default()
+    };
+    g.opset_imports.insert(String::new(), 17);
+    g
+}
+
+/// An input of `dtype` and `dims` over the little-endian bytes `data`.
+pub fn input<'a>(dtype: DataType, dims: &'a [i64], data: &'a [u8]) -> InputTensor<'a> {
+    InputTensor { dtype, dims, data }
 }
 
 /// An executable of `g` with the default registry; `compile` and `capacity` as in
