@@ -27,7 +27,8 @@ pub fn register(r: &mut Registry) {
 }
 
 const NOTE: &str = "MLX's generator (statistically equal to ORT's, never element-wise); \
-                    float32 draws, no float64; seeded nodes repeat per session; runs eagerly";
+                    float32 draws, no float64; bfloat16 from opset 22; seeded nodes repeat per \
+                    session; runs eagerly";
 
 /// The most elements one draw may make (MLX sizes are 32-bit).
 const MAX_ELEMENTS: i64 = i32::MAX as i64;
