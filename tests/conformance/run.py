@@ -904,7 +904,8 @@ def cpu_passes(r) -> bool:
 
 
 def summary_line(s) -> str:
-    return f"conformance: {s['pass']} passed on MLX, {s['fail']} failed, {s['crash']} crashed, {s['cpu']} not on MLX, {s['random']} random (ran on MLX, values not comparable), of {s['total']}"
+    random = f"{s['random']} random (ran on MLX, values not comparable), " if s.get("random") else ""
+    return f"conformance: {s['pass']} passed on MLX, {s['fail']} failed, {s['crash']} crashed, {s['cpu']} not on MLX, {random}of {s['total']}"
 
 
 def markdown(results, args) -> str:
