@@ -19,7 +19,11 @@ Each case ends in one bucket:
 * ``fail``: the MLX EP ran at least one node (or the session failed while ORT's CPU EP alone
   passes) and the outputs don't match or the run errored;
 * ``crash``: the worker crashed or timed out;
-* ``cpu``: not (all) on MLX: nodes declined (the reason is recorded) and the outcome is ORT's.
+* ``cpu``: not (all) on MLX: nodes declined (the reason is recorded) and the outcome is ORT's;
+* ``random``: a case of a random generator op (``RANDOM_OPS``) that ran wholly on the MLX EP
+  with outputs of the reference's shapes and dtypes, finite, and in the reference's value
+  domain (0/1 where the reference is 0/1); its reference values are random draws that no
+  other generator reproduces, so it is checked this far and not counted as a pass.
 
 The manifest (``tests/conformance/manifest.tsv``) holds the expected bucket of every case
 and whether ORT's CPU EP alone passes it; ``--check`` fails on any difference (a regression,
@@ -69,6 +73,24 @@ def tolerance(case: str) -> tuple[float, float]:
 DISABLED_OPTIMIZERS = ["ConstantFolding"]
 
 MANIFEST_HEADER = "# case\tstatus\tort_cpu\treason"
+
+#: Ops whose outputs are random draws: their cases can't match the reference values.
+RANDOM_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial"}
+
+
+def _random_domain_check(expected, actual, what):
+    """(ok, message): same shape and dtype as the reference, finite, and 0/1 where the
+    reference holds only 0/1 (Bernoulli)."""
+    import numpy as np
+
+    e, a = np.asarray(expected), np.asarray(actual)
+    if e.shape != a.shape or e.dtype != a.dtype:
+        return False, f"{what}: {a.dtype}{list(a.shape)}, expected {e.dtype}{list(e.shape)}"
+    if a.dtype.kind == "f" and not np.isfinite(a).all():
+        return False, f"{what}: non-finite random values"
+    if e.size and np.isin(e, (0, 1)).all() and not np.isin(a, (0, 1)).all():
+        return False, f"{what}: values outside {{0, 1}}"
+    return True, ""
 
 
 # ---------------------------------------------------------------------------
@@ -406,13 +428,21 @@ class Worker:
                 return "errored", "run: " + _short(err), None, None
             if len(actual) != len(outputs):
                 return "mismatched", f"{len(actual)} outputs, expected {len(outputs)}", None, None
+            random = any(n.op_type in RANDOM_OPS for n in model.graph.node)
             for i, (e, a) in enumerate(zip(outputs, actual)):
                 name = model.graph.output[i].name if i < len(model.graph.output) else f"output {i}"
+                if random:
+                    ok, msg = _random_domain_check(e, a, f"output '{name}'")
+                    if not ok:
+                        return "mismatched", msg, None, None
+                    continue
                 ok, msg, ab, rel = _compare(e, a, rtol, atol, f"output '{name}'")
                 if ab is not None:
                     worst_abs, worst_rel = max(worst_abs, ab), max(worst_rel, rel)
                 if not ok:
                     return "mismatched", msg, ab, rel
+        if any(n.op_type in RANDOM_OPS for n in model.graph.node):
+            return "random", "random draws: shapes, dtypes and value domain match", None, None
         return "passed", "", worst_abs, worst_rel
 
     def run_case(self, request, say):
@@ -642,6 +672,10 @@ def classify(r: dict, no_fallback: bool) -> tuple[str, str]:
     cpu_ok = r.get("cpu", {}).get("status") == "passed"
     if mlx["status"] == "passed" and r["placement"] == "mlx":
         return "pass", ""
+    if mlx["status"] == "random":
+        if r["placement"] == "mlx":
+            return "random", mlx["message"]
+        return "cpu", decline_reason(r)
     cpu = r.get("cpu", {})
     if mlx["status"] != "passed" and cpu.get("status") == mlx["status"] and cpu.get("message") == mlx["message"]:
         return "cpu", "fails the same way on ORT's CPU EP"
@@ -857,6 +891,7 @@ def summary(results):
         "fail": counts["fail"],
         "crash": counts["crash"],
         "cpu": counts["cpu"],
+        "random": counts["random"],
         "timed_out": sum(1 for r in results if r.get("timed_out")),
         "ort_cpu_passes": len(cpu_ok),
         "ort_cpu_passes_and_pass_on_mlx": sum(1 for r in cpu_ok if r["bucket"] == "pass"),
@@ -869,7 +904,8 @@ def cpu_passes(r) -> bool:
 
 
 def summary_line(s) -> str:
-    return f"conformance: {s['pass']} passed on MLX, {s['fail']} failed, {s['crash']} crashed, {s['cpu']} not on MLX, of {s['total']}"
+    random = f"{s['random']} random (ran on MLX, values not comparable), " if s.get("random") else ""
+    return f"conformance: {s['pass']} passed on MLX, {s['fail']} failed, {s['crash']} crashed, {s['cpu']} not on MLX, {random}of {s['total']}"
 
 
 def markdown(results, args) -> str:
@@ -892,9 +928,14 @@ def markdown(results, args) -> str:
         "broke) with a wrong result, an error or a crash; *not on MLX* counts cases with at least one node",
         "left to ORT, with the EP's decline reason (the most common one of the op's cases). Expanded",
         "cases (`*_expanded*`: the op's function body as separate nodes) have rows of their own.",
+        "Cases of the random generator ops (RandomNormal, RandomUniform, their `*Like` forms, Bernoulli,",
+        "Multinomial) hold reference outputs that are random draws no other generator reproduces: one that",
+        "ran wholly on MLX with outputs of the reference's shapes and dtypes, finite and in its value domain",
+        "(0/1 for Bernoulli) is *random*, counted apart and not as a pass (`tests/python/test_random_ops.py`",
+        "checks their distributions).",
         "",
         f"Totals: **{s['pass']}** of {s['total']} cases pass on MLX, {s['fail']} fail, {s['crash']} crash,",
-        f"{s['cpu']} are not (all) on MLX. ORT's CPU EP alone passes {s['ort_cpu_passes']} cases;",
+        f"{s['cpu']} are not (all) on MLX, {s['random']} are random (ran on MLX, values not comparable). ORT's CPU EP alone passes {s['ort_cpu_passes']} cases;",
         f"{s['ort_cpu_passes_and_pass_on_mlx']} of them pass on MLX.",
         "",
         "Per-case outcomes are in [`tests/conformance/manifest.tsv`](../tests/conformance/manifest.tsv).",
@@ -959,7 +1000,8 @@ def write_manifest(path, results, keep: dict[str, tuple[str, str, str]]):
     with open(path, "w") as f:
         f.write("# Expected outcome of every ONNX backend node case (onnx 1.21.0) through onnxruntime 1.31.1\n")
         f.write("# with the MLX EP. status: pass (every node on MLX, outputs match) | fail | crash |\n")
-        f.write("# cpu (not all on MLX; reason). ort_cpu: ok | fails (ORT's CPU EP alone).\n")
+        f.write("# cpu (not all on MLX; reason) | random (random-draw op on MLX; shapes, dtypes, domain checked).\n")
+        f.write("# ort_cpu: ok | fails (ORT's CPU EP alone).\n")
         f.write("# `cargo xtask conformance --check` fails on any status change; --update-manifest rewrites this.\n")
         f.write(MANIFEST_HEADER + "\n")
         for case in sorted(entries):

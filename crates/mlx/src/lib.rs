@@ -27,6 +27,7 @@ mod dtype;
 mod error;
 pub mod fast;
 pub mod ops;
+pub mod random;
 mod stream;
 mod vector;
 

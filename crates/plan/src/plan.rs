@@ -95,7 +95,8 @@ pub enum CompileClass {
     Shapeless,
     /// Steps resolve attributes from input shapes: compile per input-shape key.
     ShapeKeyed,
-    /// Some step reads values back to the host: run eagerly (or split at the host reads).
+    /// Some step reads values back to the host, or draws random values: run eagerly (or split
+    /// at the host reads).
     Eager,
 }
 
@@ -138,7 +139,10 @@ impl Plan {
             CompileClass::ShapeKeyed
         };
         for s in &self.steps {
-            if !s.sub_plans().is_empty() || s.host_reads().iter().any(|r| !host_bound.contains(r)) {
+            if !s.sub_plans().is_empty()
+                || s.is_random()
+                || s.host_reads().iter().any(|r| !host_bound.contains(r))
+            {
                 return CompileClass::Eager;
             }
             if !s.is_shapeless() {
@@ -193,6 +197,14 @@ impl Plan {
                     op_type,
                     limits_to: CompileClass::Eager,
                     reason: format!("step {kind} runs sub-plans chosen or repeated on the host"),
+                });
+            } else if s.is_random() {
+                out.push(CompileBlocker {
+                    step: Some(i),
+                    node,
+                    op_type,
+                    limits_to: CompileClass::Eager,
+                    reason: format!("step {kind} draws new random values on every run"),
                 });
             } else if !device_reads.is_empty() {
                 out.push(CompileBlocker {
@@ -949,7 +961,8 @@ fn build_plan_with(
 }
 
 /// Common-subexpression elimination: a step identical (same op, attributes and inputs) to an
-/// earlier one is dropped and its outputs are replaced by the earlier step's. Returns the
+/// earlier one is dropped and its outputs are replaced by the earlier step's (random steps are
+/// always kept: each is a draw of its own). Returns the
 /// replacement map (dropped slot -> kept slot).
 fn eliminate_common_steps(steps: &mut Vec<Step>, spans: &mut [NodeSpan]) -> HashMap<Slot, Slot> {
     let mut remap: HashMap<Slot, Slot> = HashMap::new();
@@ -963,6 +976,11 @@ fn eliminate_common_steps(steps: &mut Vec<Step>, spans: &mut [NodeSpan]) -> Hash
                 *s = *r;
             }
         });
+        // Two random steps are two draws, never one value.
+        if step.is_random() {
+            kept.push(step);
+            continue;
+        }
         let outs = step.outputs();
         let mut key_step = step.clone();
         key_step.map_outputs(&mut |s| *s = Slot(u32::MAX));

@@ -332,6 +332,32 @@ fn generators() {
 }
 
 #[test]
+fn random() {
+    let mut g = graph(22, &[("x", F, &[3, 4])], &[("n", F), ("b", U8), ("m", I64)]);
+    let normal = [
+        ("shape", ints(&[2, 3])),
+        ("mean", float(1.0)),
+        ("seed", float(2.0)),
+    ];
+    op(&mut g, "RandomNormal", " -> n", &normal);
+    g.value("p", F, &[3, 4]);
+    op(
+        &mut g,
+        "RandomUniformLike",
+        "x -> p",
+        &[("low", float(0.0))],
+    );
+    op(&mut g, "Bernoulli", "p -> b", &[("dtype", int(2))]);
+    op(
+        &mut g,
+        "Multinomial",
+        "x -> m",
+        &[("sample_size", int(5)), ("dtype", int(7))],
+    );
+    snap("random", &g);
+}
+
+#[test]
 fn quantize() {
     let mut g = graph(19, &[("x", F, &[2, 4])], &[("y", F)]);
     g.value("q", U8, &[2, 4])

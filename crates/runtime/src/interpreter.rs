@@ -28,6 +28,9 @@ pub(crate) struct Slots {
     /// True while tracing a compiled closure: values that change from run to run must then
     /// come from arrays (the closure's arguments), never from host values baked in.
     pub(crate) in_closure: bool,
+    /// The key seed of the step about to run when it is a random one (set per step by the
+    /// program, which counts each random step's runs; see `random`).
+    pub(crate) draw_seed: Option<u64>,
 }
 
 fn err(e: impl std::fmt::Display) -> RuntimeError {
@@ -57,6 +60,7 @@ impl Slots {
             flags: Default::default(),
             absent: Default::default(),
             in_closure: false,
+            draw_seed: None,
         }
     }
 
@@ -787,6 +791,20 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
             let value = plan::eval_host_node(node, &values).map_err(err)?;
             slots.set_host(*out, value)?;
             return Ok(());
+        }
+        Random {
+            dist,
+            x,
+            shape,
+            dtype,
+            ..
+        } => {
+            let seed = slots
+                .draw_seed
+                .take()
+                .ok_or_else(|| err("a random step ran without its program's run counter"))?;
+            let x = x.map(|x| slots.get(x)).transpose()?;
+            crate::random::draw(dist, x, shape, *dtype, seed, s)?
         }
         Require { ok, .. } => {
             let ok = slots.get(*ok)?.clone();

@@ -19,6 +19,7 @@ pub mod kernel_cache;
 mod lanes;
 mod packed;
 mod probe;
+mod random;
 mod stats;
 
 use std::collections::HashMap;
@@ -159,6 +160,8 @@ pub(crate) struct Program {
     /// For a sub-program (a body): its compiled closures, bounded like an executable's, and
     /// the device they compile for; `None` for the top-level program.
     body_cache: Option<(Mutex<CompiledCache>, DeviceKind)>,
+    /// The run counters of the random steps (see `random`).
+    random: random::RandomSteps,
 }
 
 impl Program {
@@ -287,6 +290,7 @@ impl Program {
         let mut working_set = guard::WorkingSet::new(self.plan.num_slots);
         for (i, (step, release)) in self.plan.steps.iter().zip(&self.release_after).enumerate() {
             slots.flags.step = i;
+            slots.draw_seed = self.random.next(i);
             match self.subs.get(&i) {
                 Some(subs) => control::run(self, step, subs, &mut slots, s),
                 None => interpreter::execute(step, &mut slots, s),
@@ -503,6 +507,7 @@ impl Program {
             subs.insert(i, programs);
         }
         let mut program = Program {
+            random: random::RandomSteps::new(&plan),
             release_after: release_schedule(&plan),
             guarded: plan.steps.iter().any(|step| guard::may_flag(&plan, step)),
             value_inputs,

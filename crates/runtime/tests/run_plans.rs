@@ -548,3 +548,28 @@ fn host_kernel_steps_run_on_device_values() {
     assert_eq!(i64s(out[1].data()), vec![1, 2, 3]);
     assert_eq!(i64s(out[2].data()), vec![2, 1, 2]);
 }
+
+#[test]
+fn random_normal_seed_repeats_per_executable_and_advances_per_run() {
+    let mut node = Node::new("RandomNormal", Vec::<&str>::new(), ["y"]);
+    node.attributes
+        .insert("shape".into(), Attribute::Ints(vec![1000]));
+    node.attributes.insert("seed".into(), Attribute::Float(4.0));
+    node.attributes.insert("mean".into(), Attribute::Float(3.0));
+    let g = graph(
+        vec![],
+        vec![ValueInfo::new("y", DataType::Float, fixed(&[1000]))],
+        vec![node],
+    );
+    let runs = |exe: &Executable| -> Vec<Vec<f32>> {
+        (0..2)
+            .map(|_| f32s(exe.run(&[]).unwrap()[0].data()))
+            .collect()
+    };
+    let a = runs(&executable(&g));
+    let b = runs(&executable(&g));
+    assert_eq!(a, b);
+    assert_ne!(a[0], a[1]);
+    let mean = a[0].iter().sum::<f32>() / 1000.0;
+    assert!((mean - 3.0).abs() < 0.2, "mean {mean}");
+}

@@ -31,6 +31,7 @@ pub mod norm;
 pub mod normalize;
 pub mod pool_more;
 pub mod quantize;
+pub mod random;
 pub mod recurrent;
 pub mod reduce;
 pub mod resize;
@@ -61,6 +62,7 @@ pub fn register_all(r: &mut Registry) {
     layout::register(r);
     normalize::register(r);
     generators::register(r);
+    random::register(r);
     resize::register(r);
     einsum::register(r);
     pool_more::register(r);

@@ -27,6 +27,7 @@ mod elementwise;
 mod gather_scatter;
 mod host_compute;
 mod operands;
+mod random;
 mod recurrent;
 mod resize;
 mod resize_interp;
@@ -49,6 +50,7 @@ pub use gather_scatter::{
     DimRule, ScatterOp, dims_target, gather_slice_sizes, iota_i32, nonzero_coords,
 };
 pub use host_compute::{HostValue, UniqueResult, WindowKind, cosine_window, unique};
+pub use random::{RandomDist, random_base, random_draw_seed};
 pub use recurrent::{Activation, RecurrentKind, RecurrentSpec};
 pub use resize_interp::{
     AspectPolicy, InterpArgs, InterpAxis, InterpCoordinates, InterpMode, InterpSpec,

@@ -654,6 +654,29 @@ define_steps! {
             /// Y, Y_h, Y_c (each when wanted).
             write outs: [Option<Slot>; 3],
         } shapeless: false,
+        /// A random draw with the key `mlx_random_key(random_draw_seed(base, run))`, `run`
+        /// counting this step's runs in its program (`base` from [`random_base`]): `Normal`
+        /// `mlx_random_normal(shape, float32, mean, scale)`, `Uniform`
+        /// `mlx_random_uniform(low, high, shape, float32)`, `Bernoulli`
+        /// `mlx_random_bernoulli(x, x.shape)`, `Categorical`
+        /// `mlx_random_categorical_num_samples(x, 1, samples)`; then `mlx_astype(.., dtype)`.
+        /// `shape` is `x.shape` when `x` is set (the `*Like` ops read it for its shape only).
+        /// A plan holding one is eager ([`Step::is_random`]): a compiled closure would replay
+        /// its first key.
+        Random {
+            /// The distribution.
+            attr dist: RandomDist,
+            /// Shape source (`*Like`), probabilities (`Bernoulli`) or logits (`Categorical`).
+            read x: Option<Slot>,
+            /// The output shape when `x` is `None`.
+            attr shape: Vec<i32>,
+            /// The ONNX `seed` attribute (`None`: a seed the runtime picks per program).
+            attr seed: Option<f32>,
+            /// Output dtype.
+            attr dtype: DataType,
+            /// Output.
+            write out: Slot,
+        } shapeless: false,
         /// A run-time requirement on values (ORT's kernels check them; MLX doesn't): the run fails
         /// with `node '<node>' (<op>): <what>` unless every element of `ok` (bool) is true. `out`
         /// is `all(ok)` (bool scalar); the runtime folds it into the run's status, evaluated with
