@@ -34,6 +34,7 @@ pub mod quantize;
 pub mod recurrent;
 pub mod reduce;
 pub mod resize;
+pub mod sequence;
 pub mod shape;
 pub mod signal;
 pub mod text;
@@ -74,6 +75,7 @@ pub fn register_all(r: &mut Registry) {
     ml::register(r);
     recurrent::register(r);
     control::register(r);
+    sequence::register(r);
 }
 
 /// DataType::Float types MLX computes on every device.
