@@ -47,8 +47,8 @@ pub use host::{HostArg, HostNode, HostProgram, eval_host_node};
 pub use kernel::{KernelAttr, KernelAttrs, KernelFn, host_kernel, run_host_kernel};
 pub use partition::{Cluster, NodeDecline, Partition, cluster_graph, decline_summary, partition};
 pub use plan::{
-    CompileBlocker, CompileClass, LowerCtx, NodeSpan, Plan, PlanError, PlanInput, SlotInfo,
-    build_plan,
+    CompileBlocker, CompileClass, LowerCtx, NodeSpan, Plan, PlanError, PlanInput, SeqValue,
+    SlotInfo, build_plan,
 };
 pub use registry::{
     ClaimCtx, ClaimFn, Decline, EntryMeta, LowerFn, MAX_KNOWN_OPSET, OpEntry, PLANNER_OPSETS,

@@ -428,6 +428,20 @@ pub struct LowerCtx<'g> {
     force_host: std::collections::HashSet<String>,
     /// Outputs of integer nodes that run as `HostEval` steps (see [`host_read_cones`]).
     trace_host: std::collections::HashSet<String>,
+    /// Sequence-valued ONNX values (plan-time lists of tensor slots), by name.
+    sequences: HashMap<String, SeqValue>,
+    /// Optional values that are None, by name.
+    nones: std::collections::HashSet<String>,
+}
+
+/// A sequence-valued ONNX value inside one fused node: a list of tensor slots known at plan
+/// time (sequences never cross the fused node's boundary).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeqValue {
+    /// The element type of every tensor in the sequence.
+    pub dtype: DataType,
+    /// The tensors, in order.
+    pub items: Vec<Slot>,
 }
 
 impl<'g> LowerCtx<'g> {
@@ -449,6 +463,32 @@ impl<'g> LowerCtx<'g> {
             host: HostProgram::default(),
             force_host: Default::default(),
             trace_host: Default::default(),
+            sequences: HashMap::new(),
+            nones: Default::default(),
+        }
+    }
+
+    /// The sequence value `name`, when an earlier node of this plan made it.
+    pub fn sequence(&self, name: &str) -> Option<&SeqValue> {
+        self.sequences.get(name)
+    }
+
+    /// Binds output `i` of `node` to a sequence value.
+    pub fn set_sequence(&mut self, node: &Node, i: usize, seq: SeqValue) {
+        if let Some(name) = node.output(i) {
+            self.sequences.insert(name.to_string(), seq);
+        }
+    }
+
+    /// True when `name` is an optional value that an earlier node of this plan made None.
+    pub fn is_none(&self, name: &str) -> bool {
+        self.nones.contains(name)
+    }
+
+    /// Binds output `i` of `node` to a None optional value.
+    pub fn set_none(&mut self, node: &Node, i: usize) {
+        if let Some(name) = node.output(i) {
+            self.nones.insert(name.to_string());
         }
     }
 

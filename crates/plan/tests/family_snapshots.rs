@@ -726,3 +726,22 @@ fn compile_device_read() {
     op(&mut g, "Reshape", "x s -> y", &[]);
     snap("compile_device_read", &g);
 }
+
+#[test]
+fn sequence() {
+    let mut g = graph(18, &[("x", F, &[2, 6])], &[("y", F), ("z", F), ("n", I64)]);
+    g.init_i64("split", &[2], &[3, 3]).init_i64("p", &[], &[-1]);
+    op(
+        &mut g,
+        "SplitToSequence",
+        "x split -> s",
+        &[("axis", int(1))],
+    );
+    op(&mut g, "SequenceInsert", "s x -> s2", &[]);
+    op(&mut g, "SequenceErase", "s2 p -> s3", &[]);
+    op(&mut g, "SequenceAt", "s3 p -> y", &[]);
+    let stack = [("axis", int(-1)), ("new_axis", int(1))];
+    op(&mut g, "ConcatFromSequence", "s3 -> z", &stack);
+    op(&mut g, "SequenceLength", "s2 -> n", &[]);
+    snap("sequence", &g);
+}

@@ -771,6 +771,13 @@ fn lower_clip(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
 }
 
 fn claim_identity(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
+    if node
+        .input(0)
+        .and_then(|x| super::sequence::container_source(ctx.graph, x))
+        .is_some()
+    {
+        return super::sequence::container_output_stays_inside(ctx, node);
+    }
     ctx.expect_dtype(node, 0, DATA).map(|_| ())
 }
 
@@ -817,6 +824,9 @@ fn lower_dropout(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
 }
 
 fn lower_identity(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
+    if super::sequence::forward_container(ctx, node)? {
+        return Ok(());
+    }
     let x = ctx.input(node, 0)?;
     ctx.alias(node, 0, x);
     Ok(())

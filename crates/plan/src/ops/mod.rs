@@ -35,6 +35,7 @@ pub mod random;
 pub mod recurrent;
 pub mod reduce;
 pub mod resize;
+pub mod sequence;
 pub mod shape;
 pub mod signal;
 pub mod text;
@@ -76,6 +77,7 @@ pub fn register_all(r: &mut Registry) {
     ml::register(r);
     recurrent::register(r);
     control::register(r);
+    sequence::register(r);
 }
 
 /// Every type MLX stores exactly: the floats, the signed then the unsigned integers, and bool,
