@@ -25,7 +25,7 @@ pub fn register(r: &mut Registry) {
     r.op(MS, "QuantizeLinear", 1, 1, claim_quantize, lower_quantize)
         .notes("float32 input and scale; int8, uint8, int16, uint16, int4, uint4 outputs; per tensor or per `axis`");
     r.op(MS, "DequantizeLinear", 1, 1, claim_dequantize, lower_dequantize)
-        .notes("int8, uint8, int16, uint16, int32, int4, uint4 inputs; float32 scale; per tensor or per `axis`");
+        .notes("int8, uint8, int16, uint16, int4, uint4 inputs, and int32 with no zero point or a constant zero one; float32 scale; per tensor or per `axis`");
     r.op(MS, "QLinearLeakyRelu", 1, 1, claim_lookup, lower_leaky_relu)
         .notes("int8/uint8; constant scales and zero points (ORT's 256-entry table, built at plan time)");
     r.op(MS, "QLinearSigmoid", 1, 1, claim_lookup, lower_sigmoid)
@@ -72,8 +72,17 @@ fn claim_dequantize(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
     only_axis(node)?;
     let mut types = Q_TYPES.to_vec();
     types.push(DataType::Int32);
-    ctx.expect_dtype(node, 0, &types)?;
+    let x = ctx.expect_dtype(node, 0, &types)?;
     ctx.expect_dtype(node, 1, &[DataType::Float])?;
+    if x == DataType::Int32
+        && let Some(zp) = node.input(2)
+        && !ctx
+            .constant(zp)
+            .is_some_and(|t| t.bytes.iter().all(|&b| b == 0))
+    {
+        // ORT 1.23 fails the run on a non-zero int32 zero point, 1.31 subtracts it
+        decline!("DequantizeLinear: an int32 input's zero point must be a constant zero");
+    }
     crate::ops::quantize::claim_dequantize(ctx, node)
 }
 
