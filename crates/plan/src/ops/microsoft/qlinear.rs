@@ -239,20 +239,23 @@ fn mlas_uses_fma() -> bool {
 
 /// MLAS' logistic (Eigen's rational approximation on `[-18, 18]`), clamped to `[0, 1]`.
 pub(crate) fn mlas_logistic(x: f32, fused: bool) -> f32 {
+    // Eigen's coefficients, as MLAS writes them (rounded to float32 by the compiler).
+    #[allow(clippy::excessive_precision)]
     const A: [f32; 5] = [
-        4.370_310_1e-11,
-        1.156_273_2e-7,
-        6.085_748_6e-5,
-        8.513_771e-3,
-        2.482_879_5e-1,
+        4.37031012579801e-11,
+        1.15627324459942e-07,
+        6.08574864600143e-05,
+        8.51377133304701e-03,
+        2.48287947061529e-01,
     ];
+    #[allow(clippy::excessive_precision)]
     const BETA: [f32; 6] = [
-        6.102_474e-13,
-        5.761_021_4e-9,
-        6.291_068e-6,
-        1.701_988_2e-3,
-        1.168_176_6e-1,
-        9.931_519e-1,
+        6.10247389755681e-13,
+        5.76102136993427e-09,
+        6.29106785017040e-06,
+        1.70198817374094e-03,
+        1.16817656904453e-01,
+        9.93151921023180e-01,
     ];
     let madd = |a: f32, b: f32, c: f32| if fused { a.mul_add(b, c) } else { a * b + c };
     let v = if x < -18.0 { -18.0 } else { x };
