@@ -134,3 +134,25 @@ def test_dequantize_int32_nonzero_zero_point_stays_on_cpu():
     if ORT_VERSION >= (1, 24):
         run(s, {"qx": np.arange(3, dtype=np.int32)})
         assert_on_cpu(s, ["DequantizeLinear"])
+
+
+@pytest.mark.parametrize("qt", [T.INT8, T.UINT8])
+@pytest.mark.parametrize("axis", [1, -1, 0])
+def test_qlinear_concat(qt, axis):
+    dt = NP[qt]
+    info = np.iinfo(dt)
+    off = 0 if qt == T.INT8 else 128
+    params = [(0.05, 3 + off), (0.05, 3 + off), (0.031, -10 + off), (0.2, 40 + off)]  # output, copy, requantized x2
+    inits, ins = [], []
+    for k, (s, z) in enumerate(params):
+        inits += [numpy_helper.from_array(np.float32(s), f"s{k}"), numpy_helper.from_array(np.array(z, dtype=dt), f"z{k}")]
+    ins = ["s0", "z0"]
+    shapes = [[2, 128], [2, 128], [2, 128]]
+    feeds = {}
+    for k in range(1, 4):
+        ins += [f"x{k}", f"s{k}", f"z{k}"]
+        feeds[f"x{k}"] = np.random.default_rng(k).permutation(np.arange(info.min, info.max + 1)).astype(dt).reshape(shapes[k - 1])
+    node = helper.make_node("QLinearConcat", ins, ["y"], domain=MS, axis=axis)
+    inputs = [helper.make_tensor_value_info(f"x{k}", qt, shapes[k - 1]) for k in range(1, 4)]
+    m = model(node, inputs, [helper.make_tensor_value_info("y", qt, None)], inits)
+    check_against_cpu(m, feeds, rtol=0, atol=0, all_on_mlx=True)

@@ -30,6 +30,8 @@ pub fn register(r: &mut Registry) {
         .notes("int8/uint8; constant scales and zero points (ORT's 256-entry table, built at plan time)");
     r.op(MS, "QLinearSigmoid", 1, 1, claim_lookup, lower_sigmoid)
         .notes("int8/uint8; constant scales and zero points (ORT's 256-entry table of MLAS' logistic, built at plan time)");
+    r.op(MS, "QLinearConcat", 1, 1, claim_concat, lower_concat)
+        .notes("int8/uint8; constant scales and zero points; inputs with the output's scale and zero point copied, others requantized through ORT's table");
 }
 
 /// The integer types of the contrib QuantizeLinear's output.
@@ -271,6 +273,90 @@ pub(crate) fn mlas_logistic(x: f32, fused: bool) -> f32 {
         q = madd(q, x2, b);
     }
     (p / q + 0.5).clamp(0.0, 1.0)
+}
+
+// ---------------------------------------------------------------------------------------------
+// QLinearConcat: `Y_scale, Y_zero_point, (X, X_scale, X_zero_point)...`.
+
+/// `(scale, zero_point)` of the tuple starting at input `i` (or the output's, `i = 0`).
+fn concat_params<'t>(
+    node: &Node,
+    dt: DataType,
+    i: usize,
+    get: &impl Fn(usize) -> Option<&'t TensorData>,
+) -> Result<(f32, i32), String> {
+    let (Some(s), Some(z)) = (get(i), get(i + 1)) else {
+        return Err("QLinearConcat: scales and zero points must be constant initializers".into());
+    };
+    if s.dtype != DataType::Float || z.dtype != dt {
+        return Err(format!(
+            "QLinearConcat: scales must be float and zero points {dt}"
+        ));
+    }
+    match (scalar_const(s), scalar_const(z)) {
+        (Some(s), Some(z)) => Ok((s as f32, z as i32)),
+        _ => Err("QLinearConcat: scales and zero points must be scalars".into()),
+    }
+}
+
+fn claim_concat(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
+    let n = node.inputs.len();
+    if n < 5 || (n - 2) % 3 != 0 || node.inputs.iter().any(|i| i.is_empty()) {
+        decline!(
+            "QLinearConcat: inputs must be Y_scale, Y_zero_point and (X, scale, zero point) tuples"
+        );
+    }
+    let dt = ctx.expect_dtype(node, 2, &[DataType::Int8, DataType::Uint8])?;
+    let get = |i: usize| node.input(i).and_then(|n| ctx.constant(n));
+    concat_params(node, dt, 0, &get).or_decline()?;
+    for t in (2..n).step_by(3) {
+        ctx.expect_dtype(node, t, &[dt])?;
+        concat_params(node, dt, t + 1, &get).or_decline()?;
+    }
+    attr_int(node, "axis")
+        .or_decline()?
+        .ok_or_else(|| Decline::new("QLinearConcat: the axis attribute is required"))?;
+    Ok(())
+}
+
+fn lower_concat(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
+    let dt = ctx.input_dtype(node, 2)?;
+    let axis = attr_int(node, "axis").or_invalid(node)?.unwrap_or(0);
+    let n = node.inputs.len();
+    let (ys, yz) = {
+        let get = |i: usize| ctx.const_input(node, i);
+        concat_params(node, dt, 0, &get).or_invalid(node)?
+    };
+    let mut parts = Vec::new();
+    for t in (2..n).step_by(3) {
+        let (xs, xz) = {
+            let get = |i: usize| ctx.const_input(node, i);
+            concat_params(node, dt, t + 1, &get).or_invalid(node)?
+        };
+        let x = ctx.input(node, t)?;
+        if xs == ys && xz == yz {
+            parts.push(x);
+            continue;
+        }
+        let table = lookup_table(dt, (xs, xz, ys, yz), |v| v.to_vec()).or_invalid(node)?;
+        let table = ctx.constant(table);
+        let i32t = DataType::Int32;
+        let mut idx = ctx.cast(x, dt, i32t);
+        if dt == DataType::Int8 {
+            let off = ctx.scalar(i32t, 128.0)?;
+            idx = ctx.binary(B::Add, idx, off, i32t);
+        }
+        let out = ctx.temp(dt);
+        ctx.push(Step::Take {
+            x: table,
+            indices: idx,
+            axis: 0,
+            out,
+        });
+        parts.push(out);
+    }
+    let y = concat(ctx, parts, axis as i32, dt);
+    ctx.finish(node, 0, y, dt)
 }
 
 #[cfg(test)]
