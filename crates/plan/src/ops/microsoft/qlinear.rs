@@ -280,7 +280,6 @@ pub(crate) fn mlas_logistic(x: f32, fused: bool) -> f32 {
 
 /// `(scale, zero_point)` of the tuple starting at input `i` (or the output's, `i = 0`).
 fn concat_params<'t>(
-    node: &Node,
     dt: DataType,
     i: usize,
     get: &impl Fn(usize) -> Option<&'t TensorData>,
@@ -301,17 +300,17 @@ fn concat_params<'t>(
 
 fn claim_concat(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
     let n = node.inputs.len();
-    if n < 5 || (n - 2) % 3 != 0 || node.inputs.iter().any(|i| i.is_empty()) {
+    if n < 5 || !(n - 2).is_multiple_of(3) || node.inputs.iter().any(|i| i.is_empty()) {
         decline!(
             "QLinearConcat: inputs must be Y_scale, Y_zero_point and (X, scale, zero point) tuples"
         );
     }
     let dt = ctx.expect_dtype(node, 2, &[DataType::Int8, DataType::Uint8])?;
     let get = |i: usize| node.input(i).and_then(|n| ctx.constant(n));
-    concat_params(node, dt, 0, &get).or_decline()?;
+    concat_params(dt, 0, &get).or_decline()?;
     for t in (2..n).step_by(3) {
         ctx.expect_dtype(node, t, &[dt])?;
-        concat_params(node, dt, t + 1, &get).or_decline()?;
+        concat_params(dt, t + 1, &get).or_decline()?;
     }
     attr_int(node, "axis")
         .or_decline()?
@@ -325,13 +324,13 @@ fn lower_concat(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     let n = node.inputs.len();
     let (ys, yz) = {
         let get = |i: usize| ctx.const_input(node, i);
-        concat_params(node, dt, 0, &get).or_invalid(node)?
+        concat_params(dt, 0, &get).or_invalid(node)?
     };
     let mut parts = Vec::new();
     for t in (2..n).step_by(3) {
         let (xs, xz) = {
             let get = |i: usize| ctx.const_input(node, i);
-            concat_params(node, dt, t + 1, &get).or_invalid(node)?
+            concat_params(dt, t + 1, &get).or_invalid(node)?
         };
         let x = ctx.input(node, t)?;
         if xs == ys && xz == yz {
