@@ -72,3 +72,25 @@ fn contrib_quantize_declines_what_its_schema_lacks() {
     let q = one("QuantizeLinear", DataType::Float, &["x", "s", "z"]);
     assert_eq!(claim(&q, 0), Ok(()));
 }
+
+#[test]
+fn qlinear_concat_claims_constant_tuples_only() {
+    let mut g = one(
+        "QLinearConcat",
+        DataType::Uint8,
+        &["s", "z", "x", "s", "z", "x", "s", "z"],
+    );
+    g.g.nodes[0].attr("axis", Attribute::Int(1));
+    assert_eq!(claim(&g, 0), Ok(()));
+    let mut g = one(
+        "QLinearConcat",
+        DataType::Uint8,
+        &["s", "z", "x", "rs", "z"],
+    );
+    g.g.nodes[0].attr("axis", Attribute::Int(1));
+    declined(&g, 0, "constant");
+    // a tuple cut short
+    let mut g = one("QLinearConcat", DataType::Uint8, &["s", "z", "x", "s"]);
+    g.g.nodes[0].attr("axis", Attribute::Int(1));
+    declined(&g, 0, "tuples");
+}
