@@ -745,3 +745,23 @@ fn sequence() {
     op(&mut g, "SequenceLength", "s2 -> n", &[]);
     snap("sequence", &g);
 }
+
+#[test]
+fn microsoft_qlinear() {
+    let mut g = graph(17, &[("x", U8, &[2, 4])], &[("y", F)]);
+    g.value("s8", U8, &[2, 4]).value("q", U8, &[2, 4]);
+    g.init_f32("xs", &[], &[0.05]).init_f32("ys", &[], &[0.01]);
+    g.init(
+        "z",
+        TensorData::new(U8, vec![], vec![7]).expect("a uint8 scalar"),
+    );
+    op(&mut g, "ms.QLinearSigmoid", "x xs z ys z -> s8", &[]);
+    op(
+        &mut g,
+        "ms.QLinearLeakyRelu",
+        "s8 xs z ys _ -> q",
+        &[("alpha", float(0.2))],
+    );
+    op(&mut g, "ms.DequantizeLinear", "q ys z -> y", &[]);
+    snap("microsoft_qlinear", &g);
+}

@@ -107,7 +107,7 @@ fn norm_axis(node: &Node, rank: usize) -> Result<usize, String> {
     crate::step::normalize_axis(axis, rank)
 }
 
-fn claim_quantize(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
+pub(crate) fn claim_quantize(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
     ctx.expect_dtype(node, 0, &[DataType::Float])?;
     ctx.expect_dtype(node, 1, &[DataType::Float])?;
     let q = match (node.input(2), output_dtype(node).or_decline()?) {
@@ -138,7 +138,7 @@ fn claim_quantize(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
     claim_layout(ctx, node, 2)
 }
 
-fn claim_dequantize(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
+pub(crate) fn claim_dequantize(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
     let x = ctx.expect_dtype(
         node,
         0,
@@ -299,7 +299,7 @@ fn quantize_f32(
     Ok(ctx.cast(r, f, q))
 }
 
-fn lower_quantize(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
+pub(crate) fn lower_quantize(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     let f = DataType::Float;
     let q = match (output_dtype(node).or_invalid(node)?, node.input(2)) {
         (Some(dt), _) => dt,
@@ -322,7 +322,7 @@ fn lower_quantize(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
 }
 
 /// `float(x - zero_point) * float(scale)` in float32, rounded once to the scale's type.
-fn lower_dequantize(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
+pub(crate) fn lower_dequantize(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     let f = DataType::Float;
     let xdt = ctx.input_dtype(node, 0)?;
     let out_dt = ctx.input_dtype(node, 1)?;

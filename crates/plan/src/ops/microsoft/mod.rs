@@ -14,6 +14,7 @@ pub mod gelu;
 pub mod matmul;
 pub mod moe;
 pub mod norm;
+pub mod qlinear;
 pub mod quant;
 pub mod rotary;
 pub mod unet;
@@ -32,6 +33,7 @@ pub fn register(r: &mut Registry) {
     unet::register(r);
     moe::register(r);
     quant::register(r);
+    qlinear::register(r);
 }
 
 /// The declared dims of a value (or a constant's).
