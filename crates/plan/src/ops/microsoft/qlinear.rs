@@ -189,8 +189,20 @@ fn lower_lookup(
     let dt = ctx.input_dtype(node, 0)?;
     let params = table_params(node, dt, |i| ctx.const_input(node, i)).or_invalid(node)?;
     let table = lookup_table(dt, params, f).or_invalid(node)?;
-    let table = ctx.constant(table);
     let x = ctx.input(node, 0)?;
+    let out = apply_table(ctx, x, dt, table)?;
+    ctx.finish(node, 0, out, dt)
+}
+
+/// Looks every byte of `x` (int8 or uint8) up in a 256-entry `table` indexed from the type's
+/// lowest value.
+fn apply_table(
+    ctx: &mut LowerCtx,
+    x: Slot,
+    dt: DataType,
+    table: TensorData,
+) -> Result<Slot, PlanError> {
+    let table = ctx.constant(table);
     let i32t = DataType::Int32;
     let mut idx = ctx.cast(x, dt, i32t);
     if dt == DataType::Int8 {
@@ -204,7 +216,7 @@ fn lower_lookup(
         axis: 0,
         out,
     });
-    ctx.finish(node, 0, out, dt)
+    Ok(out)
 }
 
 fn lower_leaky_relu(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
@@ -338,21 +350,7 @@ fn lower_concat(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
             continue;
         }
         let table = lookup_table(dt, (xs, xz, ys, yz), |v| v.to_vec()).or_invalid(node)?;
-        let table = ctx.constant(table);
-        let i32t = DataType::Int32;
-        let mut idx = ctx.cast(x, dt, i32t);
-        if dt == DataType::Int8 {
-            let off = ctx.scalar(i32t, 128.0)?;
-            idx = ctx.binary(B::Add, idx, off, i32t);
-        }
-        let out = ctx.temp(dt);
-        ctx.push(Step::Take {
-            x: table,
-            indices: idx,
-            axis: 0,
-            out,
-        });
-        parts.push(out);
+        parts.push(apply_table(ctx, x, dt, table)?);
     }
     let y = concat(ctx, parts, axis as i32, dt);
     ctx.finish(node, 0, y, dt)
