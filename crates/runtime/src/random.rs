@@ -42,6 +42,9 @@ impl RandomSteps {
     /// The key seed of the next run of step `i` (advancing its counter), or `None` when it is
     /// not a random step.
     pub(crate) fn next(&self, i: usize) -> Option<u64> {
+        if self.steps.is_empty() {
+            return None;
+        }
         let (base, runs) = self.steps.get(&i)?;
         Some(random_draw_seed(
             *base,
@@ -100,8 +103,8 @@ pub(crate) fn draw(
             let dims = logits.shape();
             if dims.len() != 2 || dims[1] == 0 {
                 return Err(RuntimeError(format!(
-                    "Multinomial: input shape {dims:?} is not [batch_size, class_size] with \
-                     class_size > 0"
+                    "categorical draw: input shape {dims:?} is not [batch_size, class_size] \
+                     with class_size > 0"
                 )));
             }
             let logits = ops::astype(logits, f32, s).map_err(err)?;
