@@ -149,6 +149,50 @@ def test_device_memory_can_be_switched_off(tmp_path):
     assert run["adopted_outputs"] == 1 and run["copied_output_bytes"] == 0, run
 
 
+#: A child that runs one Relu through IOBinding with its output in MLX memory, then asks ORT to
+#: synchronise the bound outputs (ORT >= 1.25 calls the EP's `Sync` there).
+SYNC_CHILD = r"""
+import gc, json, os
+import numpy as np
+import onnxruntime as ort
+from onnx import TensorProto, helper
+from llm import mlx_device
+ort.register_execution_provider_library("ortmlx", os.environ["ORTMLX_EP_LIBRARY"])
+devices = [d for d in ort.get_ep_devices() if d.ep_name == "MLXExecutionProvider"]
+graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+    [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+model.ir_version = 8
+options = ort.SessionOptions()
+options.add_provider_for_devices(devices, {})
+s = ort.InferenceSession(model.SerializeToString(), sess_options=options)
+b = s.io_binding()
+b.bind_cpu_input("x", np.array([-1, 2, -3, 4], np.float32))
+b._iobinding.bind_output("y", mlx_device())
+s.run_with_iobinding(b)
+b.synchronize_outputs()
+y = b.copy_outputs_to_cpu()[0]
+del b, s
+gc.collect()
+print(json.dumps({"y": y.tolist(), "ort": ort.__version__}))
+"""
+
+
+def test_synchronising_bound_outputs_calls_the_eps_sync(tmp_path):
+    """ORT >= 1.25 calls `OrtEp::Sync` when IOBinding synchronises its outputs: the EP answers
+    (its runs and transfers are complete when they return) and the values are right."""
+    report, _ = run_child(tmp_path, SYNC_CHILD)
+    assert report["y"] == [0.0, 2.0, 0.0, 4.0]
+    minor = int(report["ort"].split(".")[1])
+    with open(tmp_path / "trace.json") as f:
+        syncs = [e for e in json.load(f)["traceEvents"] if e.get("cat") == "ep" and e.get("name") == "Sync"]
+    if minor >= 25:
+        assert len(syncs) >= 1, "ORT did not reach the EP's Sync"
+    else:
+        assert syncs == [], "an ORT older than 1.25 has no OrtEp::Sync to call"
+
+
 def mixed_model() -> onnx.ModelProto:
     """x -> Relu -> Cast(double) -> Softmax (double: left to ORT's CPU EP) -> Cast(float) -> Mul(x)
     -> y: two MLX subgraphs with a CPU node between them."""

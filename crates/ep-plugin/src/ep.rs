@@ -74,7 +74,7 @@ impl Ep {
                 GetCompiledModelCompatibilityInfo: Some(get_compiled_model_compatibility_info),
                 GetKernelRegistry: None,
                 IsConcurrentRunSupported: Some(is_concurrent_run_supported),
-                Sync: None,
+                Sync: Some(sync),
                 CreateProfiler: Some(create_profiler),
             },
             api,
@@ -1220,6 +1220,16 @@ unsafe extern "system" fn on_run_end(
 ) -> StatusPtr {
     guard("OnRunEnd", || {
         crate::compute::set_generation_key(None);
+        Ok(())
+    })
+}
+
+/// ORT >= 1.25 waits for the device (IOBinding's output synchronisation, a run's end). Every
+/// run evaluates its outputs before it returns and every data transfer copies synchronously,
+/// so no MLX work of this EP is outstanding when ORT asks: there is nothing to wait for.
+unsafe extern "system" fn sync(_this: *mut OrtEp) -> StatusPtr {
+    guard("Sync", || {
+        let _span = crate::trace::span("ep", || "Sync".to_string());
         Ok(())
     })
 }
