@@ -71,12 +71,8 @@ pub struct ComputeInfo {
     name: String,
     /// The prepared plan; its run gate decides which thread may run it and serialises runs.
     exe: Executable,
-    /// `input_map[j]`: kernel-context input index of plan input `j`.
-    input_map: Vec<usize>,
-    /// Names of the plan inputs, for messages.
-    input_names: Vec<String>,
-    /// Expected element type of each output, when known.
-    output_dtypes: Vec<Option<DataType>>,
+    /// How the plan's inputs and outputs sit among the kernel context's.
+    wiring: Wiring,
     /// Labels of its profile events.
     labels: RunLabels,
     /// Per plan input / output: whether it is half of a KV-cache pair (for the counters).
@@ -84,6 +80,16 @@ pub struct ComputeInfo {
     cache_outputs: Vec<bool>,
     /// How the runs so far moved their inputs and outputs.
     io: std::sync::Mutex<IoCounts>,
+}
+
+/// How a fused node's plan inputs and outputs map onto its kernel context.
+pub struct Wiring {
+    /// `input_map[j]`: kernel-context input index of plan input `j`.
+    pub input_map: Vec<usize>,
+    /// Names of the plan inputs, for messages.
+    pub input_names: Vec<String>,
+    /// Expected element type of each output, when known.
+    pub output_dtypes: Vec<Option<DataType>>,
 }
 
 /// How runs moved their inputs and outputs: bound in place (in the EP's device memory) or
@@ -121,13 +127,11 @@ impl ComputeInfo {
         api: Api,
         name: String,
         exe: Executable,
-        input_map: Vec<usize>,
-        input_names: Vec<String>,
-        output_dtypes: Vec<Option<DataType>>,
+        wiring: Wiring,
         labels: RunLabels,
     ) -> Box<Self> {
-        let mut cache_inputs = vec![false; input_map.len()];
-        let mut cache_outputs = vec![false; output_dtypes.len()];
+        let mut cache_inputs = vec![false; wiring.input_map.len()];
+        let mut cache_outputs = vec![false; wiring.output_dtypes.len()];
         for (i, o) in exe.cache_pairs() {
             if let Some(c) = cache_inputs.get_mut(i) {
                 *c = true;
@@ -149,9 +153,7 @@ impl ComputeInfo {
             api,
             name,
             exe,
-            input_map,
-            input_names,
-            output_dtypes,
+            wiring,
             labels,
         })
     }
@@ -195,9 +197,9 @@ impl ComputeInfo {
         )?;
 
         let mut metas: Vec<(DataType, Vec<i64>, *const u8, usize)> =
-            Vec::with_capacity(self.input_map.len());
-        for (j, &idx) in self.input_map.iter().enumerate() {
-            let name = &self.input_names[j];
+            Vec::with_capacity(self.wiring.input_map.len());
+        for (j, &idx) in self.wiring.input_map.iter().enumerate() {
+            let name = &self.wiring.input_names[j];
             if idx >= count {
                 return Err(EpError::new(format!(
                     "input '{name}' is #{idx} but the node has {count} inputs"
@@ -312,15 +314,15 @@ impl ComputeInfo {
             }
         }
         let ran_until = Instant::now();
-        if outputs.len() != self.output_dtypes.len() {
+        if outputs.len() != self.wiring.output_dtypes.len() {
             return Err(EpError::new(format!(
                 "the plan produced {} outputs, the node has {}",
                 outputs.len(),
-                self.output_dtypes.len()
+                self.wiring.output_dtypes.len()
             )));
         }
         for (k, out) in outputs.iter().enumerate() {
-            if let Some(expected) = self.output_dtypes[k]
+            if let Some(expected) = self.wiring.output_dtypes[k]
                 && expected != out.dtype
             {
                 return Err(EpError::new(format!(

@@ -504,17 +504,22 @@ fn log_warning(api: &Api, logger: *const OrtLogger, message: &str) {
     logging::warning_line(message);
 }
 
-/// The op type of the node whose subgraph `graph` is (If/Loop/Scan body), if it is one.
-fn parent_op(api: &Api, graph: *const OrtGraph) -> Result<Option<String>, EpError> {
+/// The node whose subgraph `graph` is (If/Loop/Scan body), if it is one.
+fn parent_node(api: &Api, graph: *const OrtGraph) -> Result<Option<*const OrtNode>, EpError> {
     let mut parent: *const OrtNode = ptr::null();
     // SAFETY: live graph.
     api.check(
         unsafe { (api.ort.Graph_GetParentNode)(graph, &mut parent) },
         "Graph_GetParentNode",
     )?;
-    if parent.is_null() {
+    Ok((!parent.is_null()).then_some(parent))
+}
+
+/// The op type of the node whose subgraph `graph` is (If/Loop/Scan body), if it is one.
+fn parent_op(api: &Api, graph: *const OrtGraph) -> Result<Option<String>, EpError> {
+    let Some(parent) = parent_node(api, graph)? else {
         return Ok(None);
-    }
+    };
     let mut op: *const c_char = ptr::null();
     // SAFETY: live parent node.
     api.check(
@@ -558,15 +563,9 @@ fn parent_claim(
     graph: *const OrtGraph,
     body: &Graph,
 ) -> Result<Option<String>, EpError> {
-    let mut parent: *const OrtNode = ptr::null();
-    // SAFETY: live graph.
-    api.check(
-        unsafe { (api.ort.Graph_GetParentNode)(graph, &mut parent) },
-        "Graph_GetParentNode",
-    )?;
-    if parent.is_null() {
+    let Some(parent) = parent_node(api, graph)? else {
         return Ok(None);
-    }
+    };
     // SAFETY: the parent node is live for this callback.
     let mut alone = match unsafe { crate::graph_reader::read_node_alone(api, parent) } {
         Ok(g) => g,
@@ -956,9 +955,11 @@ fn compile_one(
         *api,
         fused_name,
         exe,
-        input_map,
-        input_names,
-        output_dtypes,
+        crate::compute::Wiring {
+            input_map,
+            input_names,
+            output_dtypes,
+        },
         crate::compute::RunLabels {
             nodes: read.graph.nodes.len(),
             op_types,
