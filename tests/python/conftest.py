@@ -58,6 +58,17 @@ def pytest_report_header(config):
 # registering the EP
 
 
+def report_line(request, line: str) -> None:
+    """Writes ``line`` to the terminal past pytest's output capture (a summary a test wants
+    seen even when it passes)."""
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    if reporter is not None and capture is not None:
+        with capture.global_and_fixture_disabled():
+            reporter.write_line("")
+            reporter.write_line(line)
+
+
 def mlx_ep_devices() -> list:
     """Registers the EP library (once per process) and returns its OrtEpDevices.
 
@@ -108,6 +119,16 @@ def _model_bytes(model) -> bytes:
         return f.read()
 
 
+def record_placement_in(options: ort.SessionOptions, prefix: str = "session") -> None:
+    """Makes sessions of ``options`` record where each node ran: assignment info on ORT >= 1.24,
+    else a profile (files named ``prefix`` in a temporary folder), read by ``placements``."""
+    if HAS_ASSIGNMENT_INFO:
+        options.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    else:
+        options.enable_profiling = True
+        options.profile_file_prefix = os.path.join(_profile_dir, prefix)
+
+
 def make_session(
     model,
     mlx: bool = True,
@@ -128,11 +149,7 @@ def make_session(
     if record_placement is None:
         record_placement = mlx
     if record_placement:
-        if HAS_ASSIGNMENT_INFO:
-            options.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
-        else:
-            options.enable_profiling = True
-            options.profile_file_prefix = os.path.join(_profile_dir, "session")
+        record_placement_in(options)
     for key, value in (config or {}).items():
         options.add_session_config_entry(key, value)
     data = _model_bytes(model)
