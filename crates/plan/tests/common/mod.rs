@@ -22,6 +22,15 @@ pub struct G {
     pub g: Graph,
 }
 
+/// A value of type `dt` and no stated shape.
+fn unranked(name: &str, dt: DataType) -> ValueInfo {
+    ValueInfo {
+        name: name.into(),
+        dtype: Some(dt),
+        shape: None,
+    }
+}
+
 impl G {
     pub fn new(opset: i64) -> Self {
         let mut g = Graph {
@@ -38,11 +47,7 @@ impl G {
     }
 
     pub fn input_unranked(&mut self, name: &str, dt: DataType) -> &mut Self {
-        self.g.inputs.push(ValueInfo {
-            name: name.into(),
-            dtype: Some(dt),
-            shape: None,
-        });
+        self.g.inputs.push(unranked(name, dt));
         self
     }
 
@@ -53,11 +58,7 @@ impl G {
 
     /// An output whose shape the test does not state.
     pub fn output_any(&mut self, name: &str, dt: DataType) -> &mut Self {
-        self.g.outputs.push(ValueInfo {
-            name: name.into(),
-            dtype: Some(dt),
-            shape: None,
-        });
+        self.g.outputs.push(unranked(name, dt));
         self
     }
 
