@@ -372,13 +372,14 @@ mod tests {
     fn allocator_layout_is_api_23() {
         use std::mem::{offset_of, size_of};
         const P: usize = size_of::<*const ()>();
-        assert_eq!(offset_of!(OrtAllocator, Alloc), P);
-        assert_eq!(offset_of!(OrtAllocator, Free), 2 * P);
-        assert_eq!(offset_of!(OrtAllocator, Info), 3 * P);
-        assert_eq!(offset_of!(OrtAllocator, Reserve), 4 * P);
-        assert_eq!(offset_of!(OrtAllocator, GetStats), 5 * P);
-        assert_eq!(offset_of!(OrtAllocator, AllocOnStream), 6 * P);
-        assert_eq!(size_of::<OrtAllocator>(), 7 * P);
+        crate::abi::assert_slots!(OrtAllocator, from P, [
+            Alloc,
+            Free,
+            Info,
+            Reserve,
+            GetStats,
+            AllocOnStream,
+        ]);
         assert_eq!(offset_of!(MlxAllocator, base), 0);
         assert_eq!(offset_of!(MlxDataTransfer, base), 0);
     }
