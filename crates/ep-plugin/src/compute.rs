@@ -189,12 +189,10 @@ impl ComputeInfo {
         let api = &self.api;
         let o = api.ort;
         let entered = Instant::now();
-        let mut count = 0usize;
         // SAFETY: live kernel context for this call.
-        api.check(
-            unsafe { (o.KernelContext_GetInputCount)(ctx, &mut count) },
-            "KernelContext_GetInputCount",
-        )?;
+        let count = api.out("KernelContext_GetInputCount", 0usize, |out| unsafe {
+            (o.KernelContext_GetInputCount)(ctx, out)
+        })?;
 
         let mut metas: Vec<(DataType, Vec<i64>, *const u8, usize)> =
             Vec::with_capacity(self.wiring.input_map.len());
@@ -205,23 +203,20 @@ impl ComputeInfo {
                     "input '{name}' is #{idx} but the node has {count} inputs"
                 )));
             }
-            let mut v: *const OrtValue = ptr::null();
             // SAFETY: index checked above.
-            api.check(
-                unsafe { (o.KernelContext_GetInput)(ctx, idx, &mut v) },
-                "KernelContext_GetInput",
-            )?;
+            let v: *const OrtValue =
+                api.out("KernelContext_GetInput", ptr::null(), |out| unsafe {
+                    (o.KernelContext_GetInput)(ctx, idx, out)
+                })?;
             if v.is_null() {
                 return Err(EpError::new(format!("input '{name}' is missing")));
             }
             // SAFETY: live input value.
             let (dtype, dims) = unsafe { value_type(api, v) }.map_err(|e| e.context(name))?;
-            let mut size = 0usize;
             // SAFETY: live input value.
-            api.check(
-                unsafe { (o.GetTensorSizeInBytes)(v, &mut size) },
-                "GetTensorSizeInBytes",
-            )?;
+            let size = api.out("GetTensorSizeInBytes", 0usize, |out| unsafe {
+                (o.GetTensorSizeInBytes)(v, out)
+            })?;
             let mut data: *const c_void = ptr::null();
             if size > 0 {
                 // SAFETY: live input value; data valid during this call.
@@ -355,12 +350,10 @@ impl ComputeInfo {
                     out.dtype
                 )));
             }
-            let mut size = 0usize;
             // SAFETY: live output value.
-            api.check(
-                unsafe { (o.GetTensorSizeInBytes)(ov, &mut size) },
-                "GetTensorSizeInBytes",
-            )?;
+            let size = api.out("GetTensorSizeInBytes", 0usize, |out| unsafe {
+                (o.GetTensorSizeInBytes)(ov, out)
+            })?;
             let bytes = out.data();
             if size != bytes.len() {
                 return Err(EpError::new(format!(
@@ -369,12 +362,11 @@ impl ComputeInfo {
                 )));
             }
             if size > 0 {
-                let mut dst: *mut c_void = ptr::null_mut();
                 // SAFETY: live output value.
-                api.check(
-                    unsafe { (o.GetTensorMutableData)(ov, &mut dst) },
-                    "GetTensorMutableData",
-                )?;
+                let dst: *mut c_void =
+                    api.out("GetTensorMutableData", ptr::null_mut(), |out| unsafe {
+                        (o.GetTensorMutableData)(ov, out)
+                    })?;
                 if dst.is_null() {
                     return Err(EpError::new(format!("output #{k} has no buffer")));
                 }
@@ -466,12 +458,11 @@ pub(crate) unsafe fn value_type(
     v: *const OrtValue,
 ) -> Result<(DataType, Vec<i64>), EpError> {
     let o = api.ort;
-    let mut info: *mut OrtTensorTypeAndShapeInfo = ptr::null_mut();
     // SAFETY: live value; `info` released below.
-    api.check(
-        unsafe { (o.GetTensorTypeAndShape)(v, &mut info) },
-        "GetTensorTypeAndShape",
-    )?;
+    let info: *mut OrtTensorTypeAndShapeInfo =
+        api.out("GetTensorTypeAndShape", ptr::null_mut(), |out| unsafe {
+            (o.GetTensorTypeAndShape)(v, out)
+        })?;
     let read = || -> Result<(DataType, Vec<i64>), EpError> {
         let mut elem: i32 = 0;
         api.check(
@@ -486,12 +477,10 @@ pub(crate) unsafe fn value_type(
         )?;
         let dtype = crate::graph_reader::dtype_from_ort(elem)
             .ok_or_else(|| EpError::new(format!("tensor element type {elem} is not supported")))?;
-        let mut rank = 0usize;
         // SAFETY: live info.
-        api.check(
-            unsafe { (o.GetDimensionsCount)(info, &mut rank) },
-            "GetDimensionsCount",
-        )?;
+        let rank = api.out("GetDimensionsCount", 0usize, |out| unsafe {
+            (o.GetDimensionsCount)(info, out)
+        })?;
         let mut dims = vec![0i64; rank];
         if rank > 0 {
             // SAFETY: buffer of `rank`.

@@ -277,12 +277,10 @@ unsafe fn tensor_bytes(api: &Api, v: *const OrtValue, what: &str) -> Result<usiz
             "{what} is a string tensor; MLX memory holds no strings"
         )));
     }
-    let mut size = 0usize;
     // SAFETY: live tensor value.
-    api.check(
-        unsafe { (api.ort.GetTensorSizeInBytes)(v, &mut size) },
-        "GetTensorSizeInBytes",
-    )?;
+    let size = api.out("GetTensorSizeInBytes", 0usize, |out| unsafe {
+        (api.ort.GetTensorSizeInBytes)(v, out)
+    })?;
     Ok(size)
 }
 

@@ -506,12 +506,10 @@ fn log_warning(api: &Api, logger: *const OrtLogger, message: &str) {
 
 /// The node whose subgraph `graph` is (If/Loop/Scan body), if it is one.
 fn parent_node(api: &Api, graph: *const OrtGraph) -> Result<Option<*const OrtNode>, EpError> {
-    let mut parent: *const OrtNode = ptr::null();
     // SAFETY: live graph.
-    api.check(
-        unsafe { (api.ort.Graph_GetParentNode)(graph, &mut parent) },
-        "Graph_GetParentNode",
-    )?;
+    let parent: *const OrtNode = api.out("Graph_GetParentNode", ptr::null(), |out| unsafe {
+        (api.ort.Graph_GetParentNode)(graph, out)
+    })?;
     Ok((!parent.is_null()).then_some(parent))
 }
 
@@ -520,12 +518,10 @@ fn parent_op(api: &Api, graph: *const OrtGraph) -> Result<Option<String>, EpErro
     let Some(parent) = parent_node(api, graph)? else {
         return Ok(None);
     };
-    let mut op: *const c_char = ptr::null();
     // SAFETY: live parent node.
-    api.check(
-        unsafe { (api.ort.Node_GetOperatorType)(parent, &mut op) },
-        "Node_GetOperatorType",
-    )?;
+    let op: *const c_char = api.out("Node_GetOperatorType", ptr::null(), |out| unsafe {
+        (api.ort.Node_GetOperatorType)(parent, out)
+    })?;
     // SAFETY: NUL-terminated from ORT.
     Ok(Some(unsafe { crate::api::cstr_lossy(op) }))
 }
@@ -784,12 +780,10 @@ fn compile_one(
     let mut span = crate::trace::span("compile", || "Compile".into());
     // SAFETY: live for this callback.
     let mut read = unsafe { read_graph(api, graph, Scope::Closed) }?;
-    let mut fused_name: *const c_char = ptr::null();
     // SAFETY: live fused node.
-    api.check(
-        unsafe { (api.ort.Node_GetName)(fused, &mut fused_name) },
-        "Node_GetName",
-    )?;
+    let fused_name: *const c_char = api.out("Node_GetName", ptr::null(), |out| unsafe {
+        (api.ort.Node_GetName)(fused, out)
+    })?;
     // SAFETY: NUL-terminated from ORT.
     let fused_name = unsafe { crate::api::cstr_lossy(fused_name) };
     let fused_inputs = node_io(api, fused, false)?;

@@ -349,11 +349,11 @@ fn session_config(
     if options.is_null() {
         return Ok(Vec::new());
     }
-    let mut kv: *mut OrtKeyValuePairs = ptr::null_mut();
-    api.check(
-        // SAFETY: live session options; we release the copy below.
-        unsafe { (api.ort.GetSessionOptionsConfigEntries)(options, &mut kv) },
+    // SAFETY: live session options; we release the copy below.
+    let kv: *mut OrtKeyValuePairs = api.out(
         "GetSessionOptionsConfigEntries",
+        ptr::null_mut(),
+        |out| unsafe { (api.ort.GetSessionOptionsConfigEntries)(options, out) },
     )?;
     if kv.is_null() {
         return Ok(Vec::new());
