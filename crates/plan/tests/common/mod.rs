@@ -104,6 +104,27 @@ impl G {
     }
 }
 
+/// The com.microsoft domain.
+pub const MS: &str = "com.microsoft";
+
+/// A graph of the default domain at `opset` that also imports com.microsoft version 1.
+pub fn ms_graph(opset: i64) -> G {
+    let mut g = G::new(opset);
+    g.g.opset_imports.insert(MS.into(), 1);
+    g
+}
+
+/// Adds a com.microsoft `op` node; its index.
+pub fn ms(g: &mut G, op: &str, ins: &[&str], outs: &[&str]) -> usize {
+    g.node(op, ins, outs).domain = MS.into();
+    g.g.nodes.len() - 1
+}
+
+/// Sets attribute `name` of node `i`.
+pub fn attr(g: &mut G, i: usize, name: &str, a: Attribute) {
+    g.g.nodes[i].attributes.insert(name.into(), a);
+}
+
 pub fn int(v: i64) -> Attribute {
     Attribute::Int(v)
 }
