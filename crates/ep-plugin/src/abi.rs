@@ -509,6 +509,38 @@ pub struct OrtEpFactory {
     >,
 }
 
+/// `into_raw`, `from_raw` and `from_ptr` for a `#[repr(C)]` type `$ty` whose first field is the
+/// ORT vtable `$base`: ORT holds the object as a pointer to its vtable.
+macro_rules! vtable_object {
+    ($ty:ident, $base:ty) => {
+        impl $ty {
+            /// The vtable pointer handed to ORT.
+            pub fn into_raw(self: Box<Self>) -> *mut $base {
+                Box::into_raw(self) as *mut $base
+            }
+
+            /// Takes back a pointer from `into_raw`.
+            ///
+            /// # Safety
+            /// `p` must come from `into_raw` and not have been freed.
+            pub unsafe fn from_raw(p: *mut $base) -> Box<Self> {
+                // SAFETY: the vtable is the first field of a #[repr(C)] struct.
+                unsafe { Box::from_raw(p as *mut $ty) }
+            }
+
+            /// The object behind a pointer ORT hands back.
+            ///
+            /// # Safety
+            /// `p` must be a live pointer from `into_raw`.
+            pub(crate) unsafe fn from_ptr<'a>(p: *const $base) -> &'a $ty {
+                // SAFETY: as above.
+                unsafe { &*(p as *const $ty) }
+            }
+        }
+    };
+}
+pub(crate) use vtable_object;
+
 /// Asserts that the `fields` of `ty` are consecutive pointer-sized slots from byte `start` and
 /// that the struct ends after the last one (the ABI layout tests).
 #[cfg(test)]

@@ -165,20 +165,6 @@ impl ComputeInfo {
         }
     }
 
-    /// The vtable pointer handed to ORT.
-    pub fn into_raw(self: Box<Self>) -> *mut OrtNodeComputeInfo {
-        Box::into_raw(self) as *mut OrtNodeComputeInfo
-    }
-
-    /// Takes back a pointer from [`ComputeInfo::into_raw`].
-    ///
-    /// # Safety
-    /// `p` must come from [`ComputeInfo::into_raw`] and not have been freed.
-    pub unsafe fn from_raw(p: *mut OrtNodeComputeInfo) -> Box<Self> {
-        // SAFETY: `base` is the first field of a #[repr(C)] struct.
-        unsafe { Box::from_raw(p as *mut ComputeInfo) }
-    }
-
     /// Reads the kernel-context inputs, runs, writes the outputs; adds the run's path and
     /// host synchronisations to the trace span, when tracing.
     fn run(
@@ -397,6 +383,8 @@ impl ComputeInfo {
     }
 }
 
+crate::abi::vtable_object!(ComputeInfo, OrtNodeComputeInfo);
+
 impl Drop for ComputeInfo {
     /// The fused node's per-run summary at info level (`ORTMLX_LOG=info`): paths taken and
     /// host synchronisations, and the compiled caches' counters.
@@ -520,7 +508,7 @@ unsafe extern "system" fn compute(
 ) -> StatusPtr {
     guard("Compute", || {
         // SAFETY: `this` is ours, alive until ReleaseNodeComputeInfos.
-        let info = unsafe { &*(this as *const ComputeInfo) };
+        let info = unsafe { ComputeInfo::from_ptr(this) };
         let mut span = crate::trace::span("compute", || info.name.clone());
         info.run(ctx, span.as_mut())
             .map_err(|e| e.context(&info.name))

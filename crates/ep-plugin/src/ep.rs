@@ -89,28 +89,9 @@ impl Ep {
             compatibility: Mutex::new(CString::default()),
         })
     }
-
-    /// The vtable pointer handed to ORT.
-    pub fn into_raw(self: Box<Self>) -> *mut OrtEp {
-        Box::into_raw(self) as *mut OrtEp
-    }
-
-    /// Takes back a pointer from [`Ep::into_raw`].
-    ///
-    /// # Safety
-    /// `p` must come from [`Ep::into_raw`] and not have been freed.
-    pub unsafe fn from_raw(p: *mut OrtEp) -> Box<Self> {
-        // SAFETY: `base` is the first field of a #[repr(C)] struct.
-        unsafe { Box::from_raw(p as *mut Ep) }
-    }
-
-    /// # Safety
-    /// `p` must be a live pointer from [`Ep::into_raw`].
-    unsafe fn from_ptr<'a>(p: *const OrtEp) -> &'a Ep {
-        // SAFETY: as above.
-        unsafe { &*(p as *const Ep) }
-    }
 }
+
+crate::abi::vtable_object!(Ep, OrtEp);
 
 unsafe extern "system" fn get_name(_this: *const OrtEp) -> *const c_char {
     NAME.as_ptr()
