@@ -354,6 +354,23 @@ def exact_reference(model, feeds: Mapping[str, np.ndarray]):
     return m, feeds
 
 
+def check_node(
+    op_type: str,
+    feeds: Mapping[str, np.ndarray],
+    *,
+    rtol: float = 1e-4,
+    atol: float = 1e-4,
+    all_on_mlx: bool = False,
+    **model_kwargs,
+) -> list[np.ndarray]:
+    """``check_against_cpu`` of the one-node model ``models.node_model(op_type, feeds,
+    **model_kwargs)``: outputs match ORT's CPU EP and ``op_type`` ran on MLX."""
+    from models import node_model
+
+    model = node_model(op_type, feeds, **model_kwargs)
+    return check_against_cpu(model, feeds, [op_type], rtol=rtol, atol=atol, all_on_mlx=all_on_mlx)
+
+
 def check_against_cpu(
     model,
     feeds: Mapping[str, np.ndarray],
