@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use onnx_ir::DataType;
-use ort_sys::{ONNXTensorElementDataType, OrtKernelContext, OrtTensorTypeAndShapeInfo, OrtValue};
+use ort_sys::{OrtKernelContext, OrtTensorTypeAndShapeInfo, OrtValue};
 use runtime::{Executable, InputTensor, RunContext};
 
 use crate::abi::{
@@ -451,35 +451,15 @@ pub(crate) unsafe fn value_type(
         api.out("GetTensorTypeAndShape", ptr::null_mut(), |out| unsafe {
             (o.GetTensorTypeAndShape)(v, out)
         })?;
-    let read = || -> Result<(DataType, Vec<i64>), EpError> {
-        let mut elem: i32 = 0;
-        api.check(
-            // SAFETY: i32-sized enum read as i32.
-            unsafe {
-                (o.GetTensorElementType)(
-                    info,
-                    &mut elem as *mut i32 as *mut ONNXTensorElementDataType,
-                )
-            },
-            "GetTensorElementType",
-        )?;
-        let dtype = crate::graph_reader::dtype_from_ort(elem)
-            .ok_or_else(|| EpError::new(format!("tensor element type {elem} is not supported")))?;
-        // SAFETY: live info.
-        let rank = api.out("GetDimensionsCount", 0usize, |out| unsafe {
-            (o.GetDimensionsCount)(info, out)
-        })?;
-        let mut dims = vec![0i64; rank];
-        if rank > 0 {
-            // SAFETY: buffer of `rank`.
-            api.check(
-                unsafe { (o.GetDimensions)(info, dims.as_mut_ptr(), rank) },
-                "GetDimensions",
-            )?;
-        }
-        Ok((dtype, dims))
-    };
-    let result = read();
+    // SAFETY: live info.
+    let result = unsafe { crate::graph_reader::element_type_and_dims(api, info) }.and_then(
+        |(elem, dims)| {
+            let dtype = crate::graph_reader::dtype_from_ort(elem).ok_or_else(|| {
+                EpError::new(format!("tensor element type {elem} is not supported"))
+            })?;
+            Ok((dtype, dims))
+        },
+    );
     // SAFETY: we own it.
     unsafe { (o.ReleaseTensorTypeAndShapeInfo)(info) };
     result

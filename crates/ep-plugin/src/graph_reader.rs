@@ -107,12 +107,14 @@ pub fn dtype_from_ort(elem: i32) -> Option<DataType> {
     }
 }
 
+/// The raw ONNX element type and the dims (`-1`: not fixed) of a tensor type.
+///
 /// # Safety
 /// `info` must be a live `OrtTensorTypeAndShapeInfo`.
-pub unsafe fn tensor_info(
+pub(crate) unsafe fn element_type_and_dims(
     api: &Api,
     info: *const OrtTensorTypeAndShapeInfo,
-) -> Result<(Option<DataType>, Option<Vec<Dim>>), EpError> {
+) -> Result<(i32, Vec<i64>), EpError> {
     let mut elem: i32 = 0;
     api.check(
         // SAFETY: the enum is i32-sized; reading it as i32 avoids trusting unknown values.
@@ -124,21 +126,35 @@ pub unsafe fn tensor_info(
         },
         "GetTensorElementType",
     )?;
-    let dtype = dtype_from_ort(elem);
     // SAFETY: live handle.
     let rank = api.out("GetDimensionsCount", 0usize, |out| unsafe {
         (api.ort.GetDimensionsCount)(info, out)
     })?;
     let mut dims = vec![0i64; rank];
-    let mut syms: Vec<*const c_char> = vec![ptr::null(); rank];
     if rank > 0 {
-        // SAFETY: buffers of `rank` elements.
+        // SAFETY: a buffer of `rank` elements.
         api.check(
             unsafe { (api.ort.GetDimensions)(info, dims.as_mut_ptr(), rank) },
             "GetDimensions",
         )?;
+    }
+    Ok((elem, dims))
+}
+
+/// # Safety
+/// `info` must be a live `OrtTensorTypeAndShapeInfo`.
+pub unsafe fn tensor_info(
+    api: &Api,
+    info: *const OrtTensorTypeAndShapeInfo,
+) -> Result<(Option<DataType>, Option<Vec<Dim>>), EpError> {
+    // SAFETY: live handle.
+    let (elem, dims) = unsafe { element_type_and_dims(api, info) }?;
+    let dtype = dtype_from_ort(elem);
+    let rank = dims.len();
+    let mut syms: Vec<*const c_char> = vec![ptr::null(); rank];
+    if rank > 0 {
         api.check(
-            // SAFETY: as above.
+            // SAFETY: a buffer of `rank` elements.
             unsafe { (api.ort.GetSymbolicDimensions)(info, syms.as_mut_ptr(), rank) },
             "GetSymbolicDimensions",
         )?;
