@@ -58,6 +58,17 @@ def pytest_report_header(config):
 # registering the EP
 
 
+def report_line(request, line: str) -> None:
+    """Writes ``line`` to the terminal past pytest's output capture (a summary a test wants
+    seen even when it passes)."""
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    if reporter is not None and capture is not None:
+        with capture.global_and_fixture_disabled():
+            reporter.write_line("")
+            reporter.write_line(line)
+
+
 def mlx_ep_devices() -> list:
     """Registers the EP library (once per process) and returns its OrtEpDevices.
 
@@ -108,6 +119,16 @@ def _model_bytes(model) -> bytes:
         return f.read()
 
 
+def record_placement_in(options: ort.SessionOptions, prefix: str = "session") -> None:
+    """Makes sessions of ``options`` record where each node ran: assignment info on ORT >= 1.24,
+    else a profile (files named ``prefix`` in a temporary folder), read by ``placements``."""
+    if HAS_ASSIGNMENT_INFO:
+        options.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    else:
+        options.enable_profiling = True
+        options.profile_file_prefix = os.path.join(_profile_dir, prefix)
+
+
 def make_session(
     model,
     mlx: bool = True,
@@ -128,11 +149,7 @@ def make_session(
     if record_placement is None:
         record_placement = mlx
     if record_placement:
-        if HAS_ASSIGNMENT_INFO:
-            options.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
-        else:
-            options.enable_profiling = True
-            options.profile_file_prefix = os.path.join(_profile_dir, "session")
+        record_placement_in(options)
     for key, value in (config or {}).items():
         options.add_session_config_entry(key, value)
     data = _model_bytes(model)
@@ -335,6 +352,23 @@ def exact_reference(model, feeds: Mapping[str, np.ndarray]):
                 n.input.append("")
             n.input[zp_index] = zp_name
     return m, feeds
+
+
+def check_node(
+    op_type: str,
+    feeds: Mapping[str, np.ndarray],
+    *,
+    rtol: float = 1e-4,
+    atol: float = 1e-4,
+    all_on_mlx: bool = False,
+    **model_kwargs,
+) -> list[np.ndarray]:
+    """``check_against_cpu`` of the one-node model ``models.node_model(op_type, feeds,
+    **model_kwargs)``: outputs match ORT's CPU EP and ``op_type`` ran on MLX."""
+    from models import node_model
+
+    model = node_model(op_type, feeds, **model_kwargs)
+    return check_against_cpu(model, feeds, [op_type], rtol=rtol, atol=atol, all_on_mlx=all_on_mlx)
 
 
 def check_against_cpu(

@@ -241,34 +241,35 @@ def attr_clip_min_above_max():
     return mk("attr_clip_min_above_max", m, x23())
 
 
+def conv_case(name: str, channels: int = 2, **attrs) -> Case:
+    """A Conv of 3 kernels 3x3 over a ``[1, channels, 5, 5]`` input, with ``attrs``."""
+    m = one("Conv", [vi("X", F32, [1, channels, 5, 5])], Y_ANY, inits={"W": randn(3, channels, 3, 3)}, **attrs)
+    return mk(name, m, {"X": randn(1, channels, 5, 5)})
+
+
 @case
 def attr_conv_strides_zero():
-    m = one("Conv", [vi("X", F32, [1, 2, 5, 5])], Y_ANY, inits={"W": randn(3, 2, 3, 3)}, strides=[0, 0])
-    return mk("attr_conv_strides_zero", m, {"X": randn(1, 2, 5, 5)})
+    return conv_case("attr_conv_strides_zero", strides=[0, 0])
 
 
 @case
 def attr_conv_dilations_zero():
-    m = one("Conv", [vi("X", F32, [1, 2, 5, 5])], Y_ANY, inits={"W": randn(3, 2, 3, 3)}, dilations=[0, 0])
-    return mk("attr_conv_dilations_zero", m, {"X": randn(1, 2, 5, 5)})
+    return conv_case("attr_conv_dilations_zero", dilations=[0, 0])
 
 
 @case
 def attr_conv_pads_negative():
-    m = one("Conv", [vi("X", F32, [1, 2, 5, 5])], Y_ANY, inits={"W": randn(3, 2, 3, 3)}, pads=[-1, -1, -1, -1])
-    return mk("attr_conv_pads_negative", m, {"X": randn(1, 2, 5, 5)})
+    return conv_case("attr_conv_pads_negative", pads=[-1, -1, -1, -1])
 
 
 @case
 def attr_conv_group_mismatch():
-    m = one("Conv", [vi("X", F32, [1, 4, 5, 5])], Y_ANY, inits={"W": randn(3, 4, 3, 3)}, group=3)
-    return mk("attr_conv_group_mismatch", m, {"X": randn(1, 4, 5, 5)})
+    return conv_case("attr_conv_group_mismatch", channels=4, group=3)
 
 
 @case
 def attr_conv_kernel_shape_disagrees():
-    m = one("Conv", [vi("X", F32, [1, 2, 5, 5])], Y_ANY, inits={"W": randn(3, 2, 3, 3)}, kernel_shape=[2, 2])
-    return mk("attr_conv_kernel_shape_disagrees", m, {"X": randn(1, 2, 5, 5)})
+    return conv_case("attr_conv_kernel_shape_disagrees", kernel_shape=[2, 2])
 
 
 @case

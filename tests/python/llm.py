@@ -67,7 +67,9 @@ TINY = LlamaConfig("tiny", layers=4, hidden=256, heads=8, kv_heads=2, intermedia
 LARGER = LlamaConfig("larger", layers=8, hidden=1024, heads=16, kv_heads=4, intermediate=2816, vocab=4096)
 
 
-def _pack_bits(q: np.ndarray, bits: int) -> np.ndarray:
+def pack_bits(q: np.ndarray, bits: int) -> np.ndarray:
+    """Packs integers in [0, 2^bits) along the last axis into bytes, low bits first (ORT's
+    MatMulNBits / QMoE layout)."""
     per = 8 // bits
     q = q.reshape(*q.shape[:-1], -1, per).astype(np.uint8)
     out = np.zeros(q.shape[:-1], np.uint8)
@@ -89,11 +91,11 @@ def quantize_nbits(w: np.ndarray, bits: int, block: int):
     scales = np.maximum((hi - lo) / qmax, 1e-8).astype(np.float32)
     zp = np.clip(np.round(-lo / scales), 0, qmax).astype(np.int64)
     q = np.clip(np.round(wt / scales[..., None]) + zp[..., None], 0, qmax).astype(np.int64)
-    b = _pack_bits(q.reshape(n, nb * block), bits).reshape(n, nb, block * bits // 8)
+    b = pack_bits(q.reshape(n, nb * block), bits).reshape(n, nb, block * bits // 8)
     per = 8 // bits
     padded = np.zeros((n, (nb + per - 1) // per * per), np.int64)
     padded[:, :nb] = zp
-    zps = _pack_bits(padded, bits).reshape(-1)
+    zps = pack_bits(padded, bits).reshape(-1)
     return b, scales.reshape(-1), zps
 
 

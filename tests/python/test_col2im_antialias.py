@@ -6,7 +6,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from conftest import check_against_cpu
+from conftest import check_against_cpu, check_node
 from models import node_model
 
 #: Exact up to float32 rounding: both sides add the same terms in the same order.
@@ -38,8 +38,7 @@ def test_col2im(image, block, dilations, pads, strides):
     x = np.random.default_rng(0).standard_normal((n, c * int(np.prod(block)), int(np.prod(blocks)))).astype(np.float32)
     consts = {"image": np.array(image, np.int64), "block": np.array(block, np.int64)}
     attrs = {"dilations": dilations, "pads": pads, "strides": strides}
-    model = node_model("Col2Im", {"X": x}, consts=consts, attrs=attrs, opset=18)
-    check_against_cpu(model, {"X": x}, ["Col2Im"], **TIGHT)
+    check_node("Col2Im", {"X": x}, consts=consts, attrs=attrs, opset=18, **TIGHT)
 
 
 def test_col2im_fed_shapes():
@@ -58,8 +57,7 @@ def _resize(x, *, scales=None, sizes=None, opset=19, **attrs):
     else:
         consts = {"scales": np.array(scales, np.float32)}
         node_inputs = ["X", "", "scales"]
-    model = node_model("Resize", {"X": x}, consts=consts, node_inputs=node_inputs, attrs={"antialias": 1, **attrs}, opset=opset)
-    check_against_cpu(model, {"X": x}, ["Resize"], **TIGHT)
+    check_node("Resize", {"X": x}, consts=consts, node_inputs=node_inputs, attrs={"antialias": 1, **attrs}, opset=opset, **TIGHT)
 
 
 AA_SCALES = [

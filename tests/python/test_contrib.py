@@ -25,6 +25,7 @@ from conftest import (
     make_session,
     run,
 )
+from llm import pack_bits
 
 MS = "com.microsoft"
 F32 = TensorProto.FLOAT
@@ -367,16 +368,6 @@ def test_multi_head_attention(name):
 
 # ---------------------------------------------------------------------------
 # MatMulNBits
-
-
-def pack_bits(q: np.ndarray, bits: int) -> np.ndarray:
-    """Packs integers along the last axis into bytes, low bits first (ORT's layout)."""
-    per = 8 // bits
-    q = q.reshape(*q.shape[:-1], -1, per).astype(np.uint8)
-    out = np.zeros(q.shape[:-1], np.uint8)
-    for i in range(per):
-        out |= (q[..., i] << (bits * i)).astype(np.uint8)
-    return out
 
 
 def matmul_nbits_weights(k, n, block, bits, zp_mode, seed=0, dtype=np.float32):

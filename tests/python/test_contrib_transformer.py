@@ -15,9 +15,21 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from conftest import HAS_ASSIGNMENT_INFO, assert_all_on_mlx, assert_on_cpu, assert_on_mlx, assert_outputs_match, make_session, run
+from llm import pack_bits
 from test_contrib import MS, ORT_VERSION, compare, cos_sin, ms_model, randn, rng
 
 I32 = TensorProto.INT32
+
+def assert_both_fail(model, feeds, op_type: str, match: str) -> None:
+    """Bad input data: ORT's CPU EP fails, and the MLX EP claims ``op_type`` and fails with a
+    message matching ``match``."""
+    with pytest.raises(Exception):
+        run(make_session(model, mlx=False), feeds)
+    session = make_session(model, mlx=True)
+    assert_on_mlx(session, [op_type])
+    with pytest.raises(Exception, match=match):
+        run(session, feeds)
+
 
 #: Placement of a session whose run fails can only be read where ORT reports assignment.
 needs_assignment_info = pytest.mark.skipif(not HAS_ASSIGNMENT_INFO, reason="placement of a failing run is unreadable before ORT 1.24")
@@ -174,12 +186,7 @@ def test_attention_past_with_attention_bias_stays_on_cpu():
 @needs_assignment_info
 def test_attention_bad_mask_length_fails():
     model, feeds = attention_case(symbolic="other", mask=[3, 4, 1])
-    with pytest.raises(Exception):
-        run(make_session(model, mlx=False), feeds)
-    session = make_session(model, mlx=True)
-    assert_on_mlx(session, ["Attention"])
-    with pytest.raises(Exception, match="B or 2B"):
-        run(session, feeds)
+    assert_both_fail(model, feeds, "Attention", "B or 2B")
 
 
 @needs_assignment_info
@@ -258,12 +265,7 @@ def test_embed_layer_norm_out_of_range(bad):
     model, feeds = embed_case(ids=ids, **kwargs)
     if bad == "segment":
         feeds["seg"][1, 2] = -1
-    with pytest.raises(Exception):
-        run(make_session(model, mlx=False), feeds)
-    session = make_session(model, mlx=True)
-    assert_on_mlx(session, ["EmbedLayerNormalization"])
-    with pytest.raises(Exception, match="out of range"):
-        run(session, feeds)
+    assert_both_fail(model, feeds, "EmbedLayerNormalization", "out of range")
 
 
 # ---------------------------------------------------------------------------
@@ -724,16 +726,6 @@ def test_moe_router_expert_mismatch():
 
 # ---------------------------------------------------------------------------
 # QMoE (int4 / int8 experts)
-
-
-def pack_bits(q, bits):
-    """Integers in [0, 2^bits) along the last axis packed low bits first into uint8."""
-    per = 8 // bits
-    q = q.reshape(*q.shape[:-1], q.shape[-1] // per, per).astype(np.uint8)
-    out = np.zeros(q.shape[:-1], np.uint8)
-    for i in range(per):
-        out |= (q[..., i] << (i * bits)).astype(np.uint8)
-    return out
 
 
 QMOE_CASES = {

@@ -33,6 +33,13 @@ from llm import MLX_VENDOR_ID, mlx_device
 MIXES_EPS = ort.__version__ != "1.23.0"
 
 
+def opset17_model(graph: onnx.GraphProto) -> onnx.ModelProto:
+    """``graph`` as a model of the default domain's opset 17 (IR version 8)."""
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
 def memory_info():
     """The MLX device's memory info from the EP device (ORT >= 1.24's Python API), or None."""
     device = mlx_ep_devices()[0]
@@ -209,9 +216,7 @@ def mixed_model() -> onnx.ModelProto:
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5])],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
+    return opset17_model(graph)
 
 
 @pytest.mark.skipif(not MIXES_EPS, reason="ORT 1.23.0 can't mix plugin-EP and CPU nodes in one graph")
@@ -268,9 +273,7 @@ def if_branch_model() -> onnx.ModelProto:
         ],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
+    return opset17_model(graph)
 
 
 @pytest.mark.skipif(not MIXES_EPS, reason="ORT 1.23.0 can't mix plugin-EP and CPU nodes in one graph")
@@ -296,9 +299,7 @@ def simple_model() -> onnx.ModelProto:
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"]), helper.make_tensor_value_info("z", TensorProto.FLOAT, ["n"])],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
+    return opset17_model(graph)
 
 
 def test_values_outlive_their_session():
@@ -415,8 +416,7 @@ def test_inputs_of_every_dtype_are_read_in_place(onnx_type, np_type):
         [helper.make_tensor_value_info("x", onnx_type, [2, 6])],
         [helper.make_tensor_value_info("f", TensorProto.FLOAT, [2, 6]), helper.make_tensor_value_info("i", onnx_type, [2, 6])],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
+    model = opset17_model(graph)
     session = make_session(model)
     data = np.random.default_rng(onnx_type).integers(0, 2 if np_type is np.bool_ else 100, (2, 6)).astype(np_type)
     x = ort.OrtValue.ortvalue_from_shape_and_type([2, 6], onnx_type, memory_info=info)

@@ -20,7 +20,6 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from conftest import (
-    HAS_ASSIGNMENT_INFO,
     LIBRARY_VAR,
     MLX_EP,
     _profile_dir,
@@ -28,6 +27,7 @@ from conftest import (
     assert_on_cpu,
     assert_on_mlx,
     mlx_ep_devices,
+    record_placement_in,
 )
 
 ORT_VERSION = tuple(int(p) for p in ort.__version__.split(".")[:3])
@@ -86,11 +86,7 @@ def feeds(batch: int = 3) -> dict[str, np.ndarray]:
 def session(path, config: dict | None = None, record: bool = True) -> ort.InferenceSession:
     options = ort.SessionOptions()
     if record:
-        if HAS_ASSIGNMENT_INFO:
-            options.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
-        else:
-            options.enable_profiling = True
-            options.profile_file_prefix = os.path.join(_profile_dir, "ctx")
+        record_placement_in(options, "ctx")
     for k, v in (config or {}).items():
         options.add_session_config_entry(k, v)
     options.add_provider_for_devices(mlx_ep_devices(), {})

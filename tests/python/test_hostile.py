@@ -20,7 +20,7 @@ import time
 import onnxruntime as ort
 import pytest
 
-from conftest import LIBRARY_VAR, mlx_ep_devices
+from conftest import LIBRARY_VAR, mlx_ep_devices, report_line
 from hostile_cases import CASES
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -153,12 +153,7 @@ def hostile_results(request):
         f"hostile cases (onnxruntime {ort.__version__}): {len(tried)} tried, {len(tried) - crashed} survived, "
         f"{passed} passed; {skipped} skipped (ORT's CPU EP crashes on them by itself)"
     )
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    capture = request.config.pluginmanager.get_plugin("capturemanager")
-    if reporter is not None and capture is not None:
-        with capture.global_and_fixture_disabled():
-            reporter.write_line("")
-            reporter.write_line(summary)
+    report_line(request, summary)
     return results
 
 

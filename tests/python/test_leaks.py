@@ -19,7 +19,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from conftest import HAS_ASSIGNMENT_INFO, LIBRARY_VAR, mlx_ep_devices
+from conftest import HAS_ASSIGNMENT_INFO, LIBRARY_VAR, mlx_ep_devices, report_line
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LOOP = os.path.join(HERE, "leak_loop.py")
@@ -29,15 +29,6 @@ VALGRIND_CYCLES = int(os.environ.get("ORTMLX_VALGRIND_CYCLES", "5"))
 WARM_UP = 200
 #: the bound on growth after warm-up, bytes per cycle (1000 cycles: 2 MiB)
 MAX_SLOPE = 2048
-
-
-def _report(request, line: str) -> None:
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    capture = request.config.pluginmanager.get_plugin("capturemanager")
-    if reporter is not None and capture is not None:
-        with capture.global_and_fixture_disabled():
-            reporter.write_line("")
-            reporter.write_line(line)
 
 
 def _library() -> str:
@@ -67,7 +58,7 @@ def test_rss_is_flat_over_session_cycles(request):
     assert len(samples) >= 3, result
     slope = _slope(samples)
     growth = samples[-1][1] - samples[0][1]
-    _report(
+    report_line(
         request,
         f"RSS over {CYCLES} create/run/release cycles: {result['samples'][0][1] / 2**20:.1f} MiB at cycle {result['samples'][0][0]}, "
         f"{samples[-1][1] / 2**20:.1f} MiB at the end; slope after warm-up {slope:+.1f} B/cycle (bound {MAX_SLOPE})",
@@ -76,7 +67,7 @@ def test_rss_is_flat_over_session_cycles(request):
     if all(len(s) > 2 for s in samples):
         gpu = [[s[0], s[2]] for s in samples]
         gpu_slope = _slope(gpu)
-        _report(request, f"GPU memory over the cycles: {gpu[0][1] / 2**20:.0f} MiB after warm-up, {gpu[-1][1] / 2**20:.0f} MiB at the end; slope {gpu_slope:+.1f} B/cycle")
+        report_line(request, f"GPU memory over the cycles: {gpu[0][1] / 2**20:.0f} MiB after warm-up, {gpu[-1][1] / 2**20:.0f} MiB at the end; slope {gpu_slope:+.1f} B/cycle")
         assert gpu_slope < MAX_SLOPE, f"GPU memory grows by {gpu_slope:.0f} bytes per cycle after warm-up: {gpu}"
 
 
@@ -127,7 +118,7 @@ def test_valgrind_finds_no_leak_from_the_plugin(request):
             ours.setdefault(kind, []).append((text, [fn for _, fn in frames[:16]]))
     leaks = ours.get("Leak_DefinitelyLost", []) + ours.get("Leak_IndirectlyLost", [])
     memory_errors = {k: v for k, v in ours.items() if not k.startswith("Leak_")}
-    _report(
+    report_line(
         request,
         f"valgrind memcheck, {VALGRIND_CYCLES} cycles: {sum(total.values())} records in the process ({total}); "
         f"from the plugin: {len(leaks)} definite/indirect leaks, {sum(len(v) for v in memory_errors.values())} memory errors",

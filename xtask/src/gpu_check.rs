@@ -32,14 +32,7 @@ pub fn stage_wheel() -> Result<()> {
     fs::remove_dir_all(&dir).ok();
     fs::create_dir_all(&dir)?;
     let half = fs::metadata(&mlx)?.len().div_ceil(2);
-    let status = Command::new("split")
-        .args(["-b", &half.to_string()])
-        .arg(&mlx)
-        .arg(dir.join("mlx-wheel.part-"))
-        .status()?;
-    if !status.success() {
-        bail!("split failed");
-    }
+    split(&mlx, half, &dir.join("mlx-wheel.part-"))?;
     let name = ours.file_name().context("wheel without a file name")?;
     fs::copy(&ours, dir.join(name))?;
     exclude_gpu_folder(&root)?;
@@ -109,34 +102,21 @@ pub fn run_check() -> Result<()> {
     let gpu = root.join(".gpu");
     fs::remove_dir_all(&gpu).ok();
     fs::create_dir_all(&gpu)?;
-    let status = Command::new("split")
-        .args(["-b", &PART_BYTES.to_string()])
-        .arg(&compressed)
-        .arg(gpu.join("libmlx.so.xz.part-"))
-        .status()?;
-    if !status.success() {
-        bail!("split failed");
-    }
+    split(&compressed, PART_BYTES, &gpu.join("libmlx.so.xz.part-"))?;
     let bundle = gpu.join("bundle");
     let lib = bundle.join("ortmlx_gpu/lib");
     fs::create_dir_all(&lib)?;
-    fs::copy(
-        target.join("libonnxruntime_mlx_ep.so"),
-        lib.join("libonnxruntime_mlx_ep.so"),
+    copy_stripped(
+        &target.join("libonnxruntime_mlx_ep.so"),
+        &lib.join("libonnxruntime_mlx_ep.so"),
     )?;
-    run(Command::new("strip")
-        .arg("--strip-debug")
-        .arg(lib.join("libonnxruntime_mlx_ep.so")))?;
     // `bench overhead --device gpu` runs this binary there (tests/gpu/device_run.sh perf).
     let bin = bundle.join("ortmlx_gpu/bin");
     fs::create_dir_all(&bin)?;
-    fs::copy(
-        target.join("examples/overhead_bench"),
-        bin.join("overhead_bench"),
+    copy_stripped(
+        &target.join("examples/overhead_bench"),
+        &bin.join("overhead_bench"),
     )?;
-    run(Command::new("strip")
-        .arg("--strip-debug")
-        .arg(bin.join("overhead_bench")))?;
     let mlxc = cache.join(format!(
         "mlx-{}-mlxc-{}-cpu/mlxc/lib/libmlxc.so",
         pins::MLX_VERSION,
@@ -193,5 +173,24 @@ pub fn run_check() -> Result<()> {
             bash tests/gpu/device_run.sh perf (overhead bench and GQA decoders on the GPU)\n\
          Results (pytest logs, EP log, gpu_bench.json) come back under $OUT; docs/benchmarks.md holds the table."
     );
+    Ok(())
+}
+
+/// Copies a binary and strips its debug information.
+fn copy_stripped(from: &Path, to: &Path) -> Result<()> {
+    fs::copy(from, to).with_context(|| format!("copying {}", from.display()))?;
+    run(Command::new("strip").arg("--strip-debug").arg(to))
+}
+
+/// Splits `file` into parts of `bytes` bytes named `prefix` + `aa`, `ab`, ...
+fn split(file: &Path, bytes: u64, prefix: &Path) -> Result<()> {
+    let status = Command::new("split")
+        .args(["-b", &bytes.to_string()])
+        .arg(file)
+        .arg(prefix)
+        .status()?;
+    if !status.success() {
+        bail!("split failed");
+    }
     Ok(())
 }

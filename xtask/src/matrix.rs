@@ -82,30 +82,15 @@ fn ensure_env(ort_version: &str) -> Result<(PathBuf, PathBuf)> {
 /// Replaces whatever build of the package the environment holds with `wheel`, resolving its
 /// dependencies against what is installed (no index: `Requires-Dist` must be satisfied).
 fn install_wheel(python: &Path, wheelhouse: &Path, wheel: &Path) -> Result<()> {
-    util::run(Command::new(python).args([
-        "-m",
-        "pip",
-        "uninstall",
+    util::run(util::pip(python, "uninstall").args([
         "--yes",
         "--quiet",
-        "--disable-pip-version-check",
         "onnxruntime-mlx-ep",
         "onnxruntime-mlx-ep-cuda13",
     ]))?;
     util::run(
-        Command::new(python)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--no-input",
-                "--quiet",
-                "--disable-pip-version-check",
-                "--isolated",
-                "--no-index",
-                "--find-links",
-            ])
-            .arg(wheelhouse)
+        crate::package::pip_install_offline_command(python, wheelhouse)
+            .arg("--quiet")
             .arg(wheel),
     )
     .context("installing the wheel with --no-index")

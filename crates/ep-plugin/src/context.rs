@@ -238,29 +238,119 @@ pub struct Header {
 const RECOMPILE: &str =
     "compile the model again from the original ONNX model (or load the original instead)";
 
+/// Why an `EPContext` blob can't be used; each message ends by saying what to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ContextError {
+    /// The blob is not UTF-8.
+    NotText,
+    /// The blob does not start with this EP's magic line.
+    NotOurFormat,
+    /// A line without `key=value` (the line).
+    MalformedLine(String),
+    /// A header field is missing.
+    MissingField(String),
+    /// Written by another EP version, MLX version or plan format (what the header says).
+    Stale {
+        /// EP version of the writer.
+        ep: String,
+        /// MLX version of the writer.
+        mlx: String,
+        /// Plan-type fingerprint of the writer.
+        plan: String,
+    },
+    /// The payload is not valid base64.
+    BadBase64,
+    /// The payload does not match its digest.
+    DigestMismatch,
+    /// The payload does not decode as a plan (bincode's reason).
+    Undecodable(String),
+    /// The plan's constant sources and constants differ in number.
+    ConstantCount,
+    /// The plan reads an initializer the model no longer has.
+    MissingInitializer(String),
+    /// An initializer's type or shape changed since the plan was made.
+    InitializerChanged {
+        /// The initializer.
+        name: String,
+        /// Its element type and dims in the model now.
+        now: String,
+        /// Those the plan was made for.
+        planned: String,
+    },
+    /// The plan is inconsistent (slots, steps, kernels; the reason).
+    InvalidPlan(String),
+}
+
+impl std::fmt::Display for ContextError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use ContextError::*;
+        match self {
+            NotText => write!(f, "ep_cache_context is not text"),
+            NotOurFormat => write!(
+                f,
+                "ep_cache_context does not start with '{MAGIC}': not a cache of this EP's format"
+            ),
+            MalformedLine(line) => write!(f, "malformed line in ep_cache_context: '{line:.40}'"),
+            MissingField(k) => write!(f, "ep_cache_context lacks '{k}'"),
+            Stale { ep, mlx, plan } => write!(
+                f,
+                "stale context: written by {EP_NAME} {ep} for MLX {mlx} (plan format {plan}), this is {EP_NAME} {EP_VERSION} with MLX {} (plan format {PLAN_FINGERPRINT}); {RECOMPILE}",
+                mlx_version()
+            ),
+            BadBase64 => write!(
+                f,
+                "the payload is not valid base64: corrupt context; {RECOMPILE}"
+            ),
+            DigestMismatch => write!(
+                f,
+                "the payload does not match its digest: the context was modified or is corrupt; {RECOMPILE}"
+            ),
+            Undecodable(e) => write!(f, "the plan does not decode ({e}); {RECOMPILE}"),
+            ConstantCount => write!(
+                f,
+                "constant sources and constants differ in number; {RECOMPILE}"
+            ),
+            MissingInitializer(name) => write!(
+                f,
+                "the plan reads initializer '{name}', which the model no longer has; {RECOMPILE}"
+            ),
+            InitializerChanged { name, now, planned } => write!(
+                f,
+                "initializer '{name}' is {now}, the plan was made for {planned}; {RECOMPILE}"
+            ),
+            InvalidPlan(reason) => write!(f, "invalid plan: {reason}; {RECOMPILE}"),
+        }
+    }
+}
+
+impl std::error::Error for ContextError {}
+
 /// Parses, checks and decodes `blob`; fills the weights from `graph`'s initializers and
-/// validates the plan against them.
+/// validates the plan against them. Errors name the `EPContext` node.
 pub fn decode(blob: &[u8], graph: &Graph, node: &str) -> Result<(Header, plan::Plan), EpError> {
-    let bad = |what: String| EpError::invalid_argument(format!("EPContext node '{node}': {what}"));
-    let text = std::str::from_utf8(blob).map_err(|_| bad("ep_cache_context is not text".into()))?;
+    parse(blob, graph)
+        .map_err(|e| EpError::invalid_argument(format!("EPContext node '{node}': {e}")))
+}
+
+/// [`decode`] with the reason as a [`ContextError`].
+fn parse(blob: &[u8], graph: &Graph) -> Result<(Header, plan::Plan), ContextError> {
+    let text = std::str::from_utf8(blob).map_err(|_| ContextError::NotText)?;
     let mut lines = text.split('\n');
     if lines.next() != Some(MAGIC) {
-        return Err(bad(format!(
-            "ep_cache_context does not start with '{MAGIC}': not a cache of this EP's format"
-        )));
+        return Err(ContextError::NotOurFormat);
     }
     let mut fields: HashMap<&str, &str> = HashMap::new();
     for line in lines {
         let (k, v) = line
             .split_once('=')
-            .ok_or_else(|| bad(format!("malformed line in ep_cache_context: '{line:.40}'")))?;
+            .ok_or_else(|| ContextError::MalformedLine(line.to_string()))?;
         fields.insert(k, v);
     }
     let field = |k: &str| {
         fields
             .get(k)
             .copied()
-            .ok_or_else(|| bad(format!("ep_cache_context lacks '{k}'")))
+            .ok_or_else(|| ContextError::MissingField(k.to_string()))
     };
     let header = Header {
         ep: field("ep")?.to_string(),
@@ -268,22 +358,16 @@ pub fn decode(blob: &[u8], graph: &Graph, node: &str) -> Result<(Header, plan::P
         plan: field("plan")?.to_string(),
         source: field("source")?.to_string(),
     };
-    let mlx = mlx_version();
-    if header.ep != EP_VERSION || header.mlx != mlx || header.plan != PLAN_FINGERPRINT {
-        return Err(bad(format!(
-            "stale context: written by {EP_NAME} {} for MLX {} (plan format {}), this is {EP_NAME} {EP_VERSION} with MLX {mlx} (plan format {PLAN_FINGERPRINT}); {RECOMPILE}",
-            header.ep, header.mlx, header.plan
-        )));
+    if header.ep != EP_VERSION || header.mlx != mlx_version() || header.plan != PLAN_FINGERPRINT {
+        return Err(ContextError::Stale {
+            ep: header.ep,
+            mlx: header.mlx,
+            plan: header.plan,
+        });
     }
-    let payload = base64_decode(field("payload")?).ok_or_else(|| {
-        bad(format!(
-            "the payload is not valid base64: corrupt context; {RECOMPILE}"
-        ))
-    })?;
+    let payload = base64_decode(field("payload")?).ok_or(ContextError::BadBase64)?;
     if hex(&Sha256::digest(&payload)) != field("digest")? {
-        return Err(bad(format!(
-            "the payload does not match its digest: the context was modified or is corrupt; {RECOMPILE}"
-        )));
+        return Err(ContextError::DigestMismatch);
     }
     use bincode::Options as _;
     let mut plan: plan::Plan = bincode::options()
@@ -291,27 +375,29 @@ pub fn decode(blob: &[u8], graph: &Graph, node: &str) -> Result<(Header, plan::P
         .allow_trailing_bytes()
         .with_limit(payload.len() as u64 * 4 + 1024)
         .deserialize(&payload)
-        .map_err(|e| bad(format!("the plan does not decode ({e}); {RECOMPILE}")))?;
-    fill_weights(&mut plan, graph).map_err(|e| bad(format!("{e}; {RECOMPILE}")))?;
-    validate(&plan).map_err(|e| bad(format!("invalid plan: {e}; {RECOMPILE}")))?;
+        .map_err(|e| ContextError::Undecodable(e.to_string()))?;
+    fill_weights(&mut plan, graph)?;
+    validate(&plan).map_err(ContextError::InvalidPlan)?;
     Ok((header, plan))
 }
 
 /// Puts the initializers' bytes back into the constants that came from them.
-fn fill_weights(plan: &mut plan::Plan, graph: &Graph) -> Result<(), String> {
+fn fill_weights(plan: &mut plan::Plan, graph: &Graph) -> Result<(), ContextError> {
     if plan.constant_sources.len() != plan.constants.len() {
-        return Err("constant sources and constants differ in number".into());
+        return Err(ContextError::ConstantCount);
     }
     for ((_, t), source) in plan.constants.iter_mut().zip(&plan.constant_sources) {
         let Some(name) = source else { continue };
-        let init = graph.initializers.get(name).ok_or_else(|| {
-            format!("the plan reads initializer '{name}', which the model no longer has")
-        })?;
+        let init = graph
+            .initializers
+            .get(name)
+            .ok_or_else(|| ContextError::MissingInitializer(name.clone()))?;
         if init.dtype != t.dtype || init.dims != t.dims {
-            return Err(format!(
-                "initializer '{name}' is {} {:?}, the plan was made for {} {:?}",
-                init.dtype, init.dims, t.dtype, t.dims
-            ));
+            return Err(ContextError::InitializerChanged {
+                name: name.clone(),
+                now: format!("{} {:?}", init.dtype, init.dims),
+                planned: format!("{} {:?}", t.dtype, t.dims),
+            });
         }
         *t = init.clone();
     }
@@ -565,16 +651,29 @@ mod tests {
         let g = graph();
         let blob = encode(&plan_of(&g), "src").unwrap();
         let stale = blob.replace(&format!("ep={EP_VERSION}"), "ep=0.0.0-old");
+        let err = parse(stale.as_bytes(), &g).unwrap_err();
+        assert!(
+            matches!(&err, ContextError::Stale { ep, .. } if ep == "0.0.0-old"),
+            "{err:?}"
+        );
+        // The EP's error names the node and keeps the reason's words.
         let err = decode(stale.as_bytes(), &g, "n").unwrap_err();
-        assert!(err.message.contains("stale context"), "{err}");
+        assert!(
+            err.message.starts_with("EPContext node 'n': stale context"),
+            "{err}"
+        );
         // One payload character changed: the digest no longer matches.
         let at = blob.find("payload=").unwrap() + 20;
         let mut edited = blob.clone().into_bytes();
         edited[at] = if edited[at] == b'A' { b'B' } else { b'A' };
-        let err = decode(&edited, &g, "n").unwrap_err();
-        assert!(err.message.contains("digest"), "{err}");
-        let err = decode(b"something else", &g, "n").unwrap_err();
-        assert!(err.message.contains("not a cache"), "{err}");
+        assert_eq!(
+            parse(&edited, &g).unwrap_err(),
+            ContextError::DigestMismatch
+        );
+        assert_eq!(
+            parse(b"something else", &g).unwrap_err(),
+            ContextError::NotOurFormat
+        );
     }
 
     #[test]
@@ -585,11 +684,16 @@ mod tests {
         other
             .initializers
             .insert("w".into(), TensorData::from_f32(vec![2], &[1.0, 2.0]));
-        let err = decode(blob.as_bytes(), &other, "n").unwrap_err();
-        assert!(err.message.contains("initializer 'w'"), "{err}");
+        let err = parse(blob.as_bytes(), &other).unwrap_err();
+        assert!(
+            matches!(&err, ContextError::InitializerChanged { name, .. } if name == "w"),
+            "{err:?}"
+        );
         other.initializers.remove("w");
-        let err = decode(blob.as_bytes(), &other, "n").unwrap_err();
-        assert!(err.message.contains("no longer has"), "{err}");
+        assert_eq!(
+            parse(blob.as_bytes(), &other).unwrap_err(),
+            ContextError::MissingInitializer("w".into())
+        );
     }
 
     #[test]

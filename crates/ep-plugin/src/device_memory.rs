@@ -277,12 +277,10 @@ unsafe fn tensor_bytes(api: &Api, v: *const OrtValue, what: &str) -> Result<usiz
             "{what} is a string tensor; MLX memory holds no strings"
         )));
     }
-    let mut size = 0usize;
     // SAFETY: live tensor value.
-    api.check(
-        unsafe { (api.ort.GetTensorSizeInBytes)(v, &mut size) },
-        "GetTensorSizeInBytes",
-    )?;
+    let size = api.out("GetTensorSizeInBytes", 0usize, |out| unsafe {
+        (api.ort.GetTensorSizeInBytes)(v, out)
+    })?;
     Ok(size)
 }
 
@@ -380,13 +378,14 @@ mod tests {
     fn allocator_layout_is_api_23() {
         use std::mem::{offset_of, size_of};
         const P: usize = size_of::<*const ()>();
-        assert_eq!(offset_of!(OrtAllocator, Alloc), P);
-        assert_eq!(offset_of!(OrtAllocator, Free), 2 * P);
-        assert_eq!(offset_of!(OrtAllocator, Info), 3 * P);
-        assert_eq!(offset_of!(OrtAllocator, Reserve), 4 * P);
-        assert_eq!(offset_of!(OrtAllocator, GetStats), 5 * P);
-        assert_eq!(offset_of!(OrtAllocator, AllocOnStream), 6 * P);
-        assert_eq!(size_of::<OrtAllocator>(), 7 * P);
+        crate::abi::assert_slots!(OrtAllocator, from P, [
+            Alloc,
+            Free,
+            Info,
+            Reserve,
+            GetStats,
+            AllocOnStream,
+        ]);
         assert_eq!(offset_of!(MlxAllocator, base), 0);
         assert_eq!(offset_of!(MlxDataTransfer, base), 0);
     }

@@ -89,28 +89,9 @@ impl Ep {
             compatibility: Mutex::new(CString::default()),
         })
     }
-
-    /// The vtable pointer handed to ORT.
-    pub fn into_raw(self: Box<Self>) -> *mut OrtEp {
-        Box::into_raw(self) as *mut OrtEp
-    }
-
-    /// Takes back a pointer from [`Ep::into_raw`].
-    ///
-    /// # Safety
-    /// `p` must come from [`Ep::into_raw`] and not have been freed.
-    pub unsafe fn from_raw(p: *mut OrtEp) -> Box<Self> {
-        // SAFETY: `base` is the first field of a #[repr(C)] struct.
-        unsafe { Box::from_raw(p as *mut Ep) }
-    }
-
-    /// # Safety
-    /// `p` must be a live pointer from [`Ep::into_raw`].
-    unsafe fn from_ptr<'a>(p: *const OrtEp) -> &'a Ep {
-        // SAFETY: as above.
-        unsafe { &*(p as *const Ep) }
-    }
 }
+
+crate::abi::vtable_object!(Ep, OrtEp);
 
 unsafe extern "system" fn get_name(_this: *const OrtEp) -> *const c_char {
     NAME.as_ptr()
@@ -504,23 +485,24 @@ fn log_warning(api: &Api, logger: *const OrtLogger, message: &str) {
     logging::warning_line(message);
 }
 
+/// The node whose subgraph `graph` is (If/Loop/Scan body), if it is one.
+fn parent_node(api: &Api, graph: *const OrtGraph) -> Result<Option<*const OrtNode>, EpError> {
+    // SAFETY: live graph.
+    let parent: *const OrtNode = api.out("Graph_GetParentNode", ptr::null(), |out| unsafe {
+        (api.ort.Graph_GetParentNode)(graph, out)
+    })?;
+    Ok((!parent.is_null()).then_some(parent))
+}
+
 /// The op type of the node whose subgraph `graph` is (If/Loop/Scan body), if it is one.
 fn parent_op(api: &Api, graph: *const OrtGraph) -> Result<Option<String>, EpError> {
-    let mut parent: *const OrtNode = ptr::null();
-    // SAFETY: live graph.
-    api.check(
-        unsafe { (api.ort.Graph_GetParentNode)(graph, &mut parent) },
-        "Graph_GetParentNode",
-    )?;
-    if parent.is_null() {
+    let Some(parent) = parent_node(api, graph)? else {
         return Ok(None);
-    }
-    let mut op: *const c_char = ptr::null();
+    };
     // SAFETY: live parent node.
-    api.check(
-        unsafe { (api.ort.Node_GetOperatorType)(parent, &mut op) },
-        "Node_GetOperatorType",
-    )?;
+    let op: *const c_char = api.out("Node_GetOperatorType", ptr::null(), |out| unsafe {
+        (api.ort.Node_GetOperatorType)(parent, out)
+    })?;
     // SAFETY: NUL-terminated from ORT.
     Ok(Some(unsafe { crate::api::cstr_lossy(op) }))
 }
@@ -558,15 +540,9 @@ fn parent_claim(
     graph: *const OrtGraph,
     body: &Graph,
 ) -> Result<Option<String>, EpError> {
-    let mut parent: *const OrtNode = ptr::null();
-    // SAFETY: live graph.
-    api.check(
-        unsafe { (api.ort.Graph_GetParentNode)(graph, &mut parent) },
-        "Graph_GetParentNode",
-    )?;
-    if parent.is_null() {
+    let Some(parent) = parent_node(api, graph)? else {
         return Ok(None);
-    }
+    };
     // SAFETY: the parent node is live for this callback.
     let mut alone = match unsafe { crate::graph_reader::read_node_alone(api, parent) } {
         Ok(g) => g,
@@ -785,12 +761,10 @@ fn compile_one(
     let mut span = crate::trace::span("compile", || "Compile".into());
     // SAFETY: live for this callback.
     let mut read = unsafe { read_graph(api, graph, Scope::Closed) }?;
-    let mut fused_name: *const c_char = ptr::null();
     // SAFETY: live fused node.
-    api.check(
-        unsafe { (api.ort.Node_GetName)(fused, &mut fused_name) },
-        "Node_GetName",
-    )?;
+    let fused_name: *const c_char = api.out("Node_GetName", ptr::null(), |out| unsafe {
+        (api.ort.Node_GetName)(fused, out)
+    })?;
     // SAFETY: NUL-terminated from ORT.
     let fused_name = unsafe { crate::api::cstr_lossy(fused_name) };
     let fused_inputs = node_io(api, fused, false)?;
@@ -956,9 +930,11 @@ fn compile_one(
         *api,
         fused_name,
         exe,
-        input_map,
-        input_names,
-        output_dtypes,
+        crate::compute::Wiring {
+            input_map,
+            input_names,
+            output_dtypes,
+        },
         crate::compute::RunLabels {
             nodes: read.graph.nodes.len(),
             op_types,

@@ -80,28 +80,9 @@ impl Factory {
             memory_info,
         })
     }
-
-    /// The vtable pointer handed to ORT.
-    pub fn into_raw(self: Box<Self>) -> *mut OrtEpFactory {
-        Box::into_raw(self) as *mut OrtEpFactory
-    }
-
-    /// Takes back a pointer from [`Factory::into_raw`].
-    ///
-    /// # Safety
-    /// `p` must come from [`Factory::into_raw`] and not have been freed.
-    pub unsafe fn from_raw(p: *mut OrtEpFactory) -> Box<Self> {
-        // SAFETY: `base` is the first field of a #[repr(C)] struct.
-        unsafe { Box::from_raw(p as *mut Factory) }
-    }
-
-    /// # Safety
-    /// `p` must be a live pointer from [`Factory::into_raw`].
-    unsafe fn from_ptr<'a>(p: *const OrtEpFactory) -> &'a Factory {
-        // SAFETY: as above.
-        unsafe { &*(p as *const Factory) }
-    }
 }
+
+crate::abi::vtable_object!(Factory, OrtEpFactory);
 
 unsafe extern "system" fn get_name(_this: *const OrtEpFactory) -> *const c_char {
     NAME.as_ptr()
@@ -349,11 +330,11 @@ fn session_config(
     if options.is_null() {
         return Ok(Vec::new());
     }
-    let mut kv: *mut OrtKeyValuePairs = ptr::null_mut();
-    api.check(
-        // SAFETY: live session options; we release the copy below.
-        unsafe { (api.ort.GetSessionOptionsConfigEntries)(options, &mut kv) },
+    // SAFETY: live session options; we release the copy below.
+    let kv: *mut OrtKeyValuePairs = api.out(
         "GetSessionOptionsConfigEntries",
+        ptr::null_mut(),
+        |out| unsafe { (api.ort.GetSessionOptionsConfigEntries)(options, out) },
     )?;
     if kv.is_null() {
         return Ok(Vec::new());

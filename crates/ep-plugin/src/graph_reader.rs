@@ -62,8 +62,7 @@ unsafe fn get_str(
     what: &str,
     f: impl FnOnce(*mut *const c_char) -> OrtStatusPtr,
 ) -> Result<String, EpError> {
-    let mut p: *const c_char = ptr::null();
-    api.check(f(&mut p), what)?;
+    let p: *const c_char = api.out(what, ptr::null(), |p| f(p))?;
     // SAFETY: ORT returns a NUL-terminated string or null.
     Ok(unsafe { cstr_lossy(p) })
 }
@@ -74,9 +73,7 @@ fn get_bool(
     what: &str,
     f: impl FnOnce(*mut bool) -> OrtStatusPtr,
 ) -> Result<bool, EpError> {
-    let mut b = false;
-    api.check(f(&mut b), what)?;
-    Ok(b)
+    api.out(what, false, |b| f(b))
 }
 
 /// The name of a value.
@@ -110,12 +107,14 @@ pub fn dtype_from_ort(elem: i32) -> Option<DataType> {
     }
 }
 
+/// The raw ONNX element type and the dims (`-1`: not fixed) of a tensor type.
+///
 /// # Safety
 /// `info` must be a live `OrtTensorTypeAndShapeInfo`.
-pub unsafe fn tensor_info(
+pub(crate) unsafe fn element_type_and_dims(
     api: &Api,
     info: *const OrtTensorTypeAndShapeInfo,
-) -> Result<(Option<DataType>, Option<Vec<Dim>>), EpError> {
+) -> Result<(i32, Vec<i64>), EpError> {
     let mut elem: i32 = 0;
     api.check(
         // SAFETY: the enum is i32-sized; reading it as i32 avoids trusting unknown values.
@@ -127,23 +126,35 @@ pub unsafe fn tensor_info(
         },
         "GetTensorElementType",
     )?;
-    let dtype = dtype_from_ort(elem);
-    let mut rank = 0usize;
     // SAFETY: live handle.
-    api.check(
-        unsafe { (api.ort.GetDimensionsCount)(info, &mut rank) },
-        "GetDimensionsCount",
-    )?;
+    let rank = api.out("GetDimensionsCount", 0usize, |out| unsafe {
+        (api.ort.GetDimensionsCount)(info, out)
+    })?;
     let mut dims = vec![0i64; rank];
-    let mut syms: Vec<*const c_char> = vec![ptr::null(); rank];
     if rank > 0 {
-        // SAFETY: buffers of `rank` elements.
+        // SAFETY: a buffer of `rank` elements.
         api.check(
             unsafe { (api.ort.GetDimensions)(info, dims.as_mut_ptr(), rank) },
             "GetDimensions",
         )?;
+    }
+    Ok((elem, dims))
+}
+
+/// # Safety
+/// `info` must be a live `OrtTensorTypeAndShapeInfo`.
+pub unsafe fn tensor_info(
+    api: &Api,
+    info: *const OrtTensorTypeAndShapeInfo,
+) -> Result<(Option<DataType>, Option<Vec<Dim>>), EpError> {
+    // SAFETY: live handle.
+    let (elem, dims) = unsafe { element_type_and_dims(api, info) }?;
+    let dtype = dtype_from_ort(elem);
+    let rank = dims.len();
+    let mut syms: Vec<*const c_char> = vec![ptr::null(); rank];
+    if rank > 0 {
         api.check(
-            // SAFETY: as above.
+            // SAFETY: a buffer of `rank` elements.
             unsafe { (api.ort.GetSymbolicDimensions)(info, syms.as_mut_ptr(), rank) },
             "GetSymbolicDimensions",
         )?;
@@ -192,12 +203,10 @@ pub unsafe fn value_type(
     api: &Api,
     vi: *const OrtValueInfo,
 ) -> Result<(Option<DataType>, Option<Vec<Dim>>), EpError> {
-    let mut ti: *const OrtTypeInfo = ptr::null();
     // SAFETY: live handle; the type info is owned by the value info.
-    api.check(
-        unsafe { (api.ort.GetValueInfoTypeInfo)(vi, &mut ti) },
-        "GetValueInfoTypeInfo",
-    )?;
+    let ti: *const OrtTypeInfo = api.out("GetValueInfoTypeInfo", ptr::null(), |out| unsafe {
+        (api.ort.GetValueInfoTypeInfo)(vi, out)
+    })?;
     if ti.is_null() {
         return Ok((None, None));
     }
@@ -210,12 +219,11 @@ pub unsafe fn value_type(
     if ty != ONNXType::ONNX_TYPE_TENSOR as i32 {
         return Ok((None, None));
     }
-    let mut tsi: *const OrtTensorTypeAndShapeInfo = ptr::null();
     // SAFETY: tensor type info; the result is owned by `ti`.
-    api.check(
-        unsafe { (api.ort.CastTypeInfoToTensorInfo)(ti, &mut tsi) },
-        "CastTypeInfoToTensorInfo",
-    )?;
+    let tsi: *const OrtTensorTypeAndShapeInfo =
+        api.out("CastTypeInfoToTensorInfo", ptr::null(), |out| unsafe {
+            (api.ort.CastTypeInfoToTensorInfo)(ti, out)
+        })?;
     if tsi.is_null() {
         return Ok((None, None));
     }
@@ -240,12 +248,11 @@ pub unsafe fn value_info(api: &Api, vi: *const OrtValueInfo) -> Result<ValueInfo
 /// # Safety
 /// `value` must be a live tensor `OrtValue`.
 pub unsafe fn read_tensor(api: &Api, value: *const OrtValue) -> Result<TensorData, EpError> {
-    let mut info: *mut OrtTensorTypeAndShapeInfo = ptr::null_mut();
     // SAFETY: live value; we own and release `info`.
-    api.check(
-        unsafe { (api.ort.GetTensorTypeAndShape)(value, &mut info) },
-        "GetTensorTypeAndShape",
-    )?;
+    let info: *mut OrtTensorTypeAndShapeInfo =
+        api.out("GetTensorTypeAndShape", ptr::null_mut(), |out| unsafe {
+            (api.ort.GetTensorTypeAndShape)(value, out)
+        })?;
     // SAFETY: `info` is live until released below.
     let shape = unsafe { tensor_info(api, info) };
     // SAFETY: we own it.
@@ -263,21 +270,18 @@ pub unsafe fn read_tensor(api: &Api, value: *const OrtValue) -> Result<TensorDat
                 .ok_or_else(|| EpError::new("tensor with a non-fixed dim"))
         })
         .collect::<Result<_, _>>()?;
-    let mut size = 0usize;
     // SAFETY: live value.
-    api.check(
-        unsafe { (api.ort.GetTensorSizeInBytes)(value, &mut size) },
-        "GetTensorSizeInBytes",
-    )?;
+    let size = api.out("GetTensorSizeInBytes", 0usize, |out| unsafe {
+        (api.ort.GetTensorSizeInBytes)(value, out)
+    })?;
     let bytes: Vec<u8> = if size == 0 {
         Vec::new()
     } else {
-        let mut data: *const std::ffi::c_void = ptr::null();
         // SAFETY: live value; the data stays valid while the value lives.
-        api.check(
-            unsafe { (api.ort.GetTensorData)(value, &mut data) },
-            "GetTensorData",
-        )?;
+        let data: *const std::ffi::c_void =
+            api.out("GetTensorData", ptr::null(), |out| unsafe {
+                (api.ort.GetTensorData)(value, out)
+            })?;
         if data.is_null() {
             return Err(EpError::new("tensor data pointer is null"));
         }
@@ -304,12 +308,10 @@ unsafe fn read_attr_bytes(
     }
     api.discard(st);
     let mut buf = vec![0u8; needed];
-    let mut written = 0usize;
     // SAFETY: a buffer of `needed` bytes.
-    api.check(
-        unsafe { (api.ort.ReadOpAttr)(attr, ty, buf.as_mut_ptr().cast(), needed, &mut written) },
-        "ReadOpAttr",
-    )?;
+    let written = api.out("ReadOpAttr", 0usize, |out| unsafe {
+        (api.ort.ReadOpAttr)(attr, ty, buf.as_mut_ptr().cast(), needed, out)
+    })?;
     buf.truncate(written.min(needed));
     Ok(buf)
 }
@@ -405,10 +407,10 @@ unsafe fn read_attribute(
             read_attr_bytes(api, attr, ORT_OP_ATTR_STRINGS)
         }?)),
         Some(ORT_OP_ATTR_TENSOR) => {
-            let mut v: *mut OrtValue = ptr::null_mut();
-            api.check(
-                unsafe { (api.ort.OpAttr_GetTensorAttributeAsOrtValue)(attr, &mut v) },
+            let v: *mut OrtValue = api.out(
                 "OpAttr_GetTensorAttributeAsOrtValue",
+                ptr::null_mut(),
+                |out| unsafe { (api.ort.OpAttr_GetTensorAttributeAsOrtValue)(attr, out) },
             )?;
             let t = unsafe { read_tensor(api, v) };
             // SAFETY: we own the value ORT created.

@@ -176,6 +176,24 @@ impl EpOptions {
 mod tests {
     use super::*;
 
+    /// Parses `(option, value)` pairs given under this EP's prefix, on a CPU-only build.
+    fn cpu_options<const N: usize>(entries: [(&str, &str); N]) -> Result<EpOptions, EpError> {
+        let keyed = entries.map(|(k, v)| (format!("ep.mlxexecutionprovider.{k}"), v));
+        EpOptions::from_config(
+            keyed.iter().map(|(k, v)| (k.as_str(), *v)),
+            DeviceKind::Cpu,
+            false,
+        )
+    }
+
+    /// Asserts that `entries` are refused with a message holding each of `needles`.
+    fn refused<const N: usize>(entries: [(&str, &str); N], needles: &[&str]) {
+        let e = cpu_options(entries).unwrap_err();
+        for needle in needles {
+            assert!(e.message.contains(needle), "{e}");
+        }
+    }
+
     #[test]
     fn reads_device_and_ignores_other_entries() {
         let entries = [
@@ -191,71 +209,33 @@ mod tests {
 
     #[test]
     fn rejects_unknown_keys_and_values() {
-        let e = EpOptions::from_config(
-            [("ep.mlxexecutionprovider.fast", "1")],
-            DeviceKind::Cpu,
-            false,
-        )
-        .unwrap_err();
-        assert!(e.message.contains("unknown option 'fast'"), "{e}");
-        assert!(e.message.contains("device"), "{e}");
-        let e = EpOptions::from_config(
-            [("ep.mlxexecutionprovider.device", "tpu")],
-            DeviceKind::Cpu,
-            false,
-        )
-        .unwrap_err();
-        assert!(e.message.contains("tpu"), "{e}");
+        refused([("fast", "1")], &["unknown option 'fast'", "device"]);
+        refused([("device", "tpu")], &["tpu"]);
     }
 
     #[test]
     fn reads_compile_and_sharing_switches() {
-        let o = EpOptions::from_config([], DeviceKind::Cpu, false).unwrap();
+        let o = cpu_options([]).unwrap();
         assert_eq!((o.compile, o.share_initializers), (None, true));
-        let o = EpOptions::from_config(
-            [
-                ("ep.mlxexecutionprovider.compile", "ON"),
-                ("ep.mlxexecutionprovider.share_initializers", "0"),
-            ],
-            DeviceKind::Cpu,
-            false,
-        )
-        .unwrap();
+        let o = cpu_options([("compile", "ON"), ("share_initializers", "0")]).unwrap();
         assert_eq!((o.compile, o.share_initializers), (Some(true), false));
         for (value, want) in [("off", Some(false)), ("auto", None), ("yes", Some(true))] {
-            let o = EpOptions::from_config(
-                [("ep.mlxexecutionprovider.compile", value)],
-                DeviceKind::Cpu,
-                false,
-            )
-            .unwrap();
+            let o = cpu_options([("compile", value)]).unwrap();
             assert_eq!(o.compile, want, "{value}");
         }
     }
 
     #[test]
     fn invalid_switch_values_name_the_valid_ones() {
-        let e = EpOptions::from_config(
-            [("ep.mlxexecutionprovider.compile", "maybe")],
-            DeviceKind::Cpu,
-            false,
-        )
-        .unwrap_err();
-        assert!(e.message.contains("compile='maybe'"), "{e}");
-        assert!(e.message.contains("on or off, or auto"), "{e}");
-        let e = EpOptions::from_config(
-            [("ep.mlxexecutionprovider.share_initializers", "sometimes")],
-            DeviceKind::Cpu,
-            false,
-        )
-        .unwrap_err();
-        assert!(e.message.contains("expected on or off"), "{e}");
-        let e = EpOptions::from_config(
-            [("ep.mlxexecutionprovider.fast", "1")],
-            DeviceKind::Cpu,
-            false,
-        )
-        .unwrap_err();
+        refused(
+            [("compile", "maybe")],
+            &["compile='maybe'", "on or off, or auto"],
+        );
+        refused(
+            [("share_initializers", "sometimes")],
+            &["expected on or off"],
+        );
+        let e = cpu_options([("fast", "1")]).unwrap_err();
         for key in ["device", "compile", "share_initializers"] {
             assert!(e.message.contains(key), "{e}");
         }
@@ -263,15 +243,11 @@ mod tests {
 
     #[test]
     fn reads_kernel_cache_and_memory_limits() {
-        let o = EpOptions::from_config(
-            [
-                ("ep.mlxexecutionprovider.kernel_cache_dir", "/tmp/k"),
-                ("ep.mlxexecutionprovider.memory_limit", "8G"),
-                ("ep.mlxexecutionprovider.cache_limit", "0"),
-            ],
-            DeviceKind::Cpu,
-            false,
-        )
+        let o = cpu_options([
+            ("kernel_cache_dir", "/tmp/k"),
+            ("memory_limit", "8G"),
+            ("cache_limit", "0"),
+        ])
         .unwrap();
         assert_eq!(o.kernel_cache_dir.as_deref(), Some("/tmp/k"));
         assert_eq!(o.memory_limit, Some(8 << 30));

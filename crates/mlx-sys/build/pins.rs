@@ -27,6 +27,31 @@ pub struct Wheel {
     pub pip_platform: &'static [&'static str],
 }
 
+impl Wheel {
+    /// `pip` requirement naming exactly this wheel's release.
+    pub fn requirement(&self) -> String {
+        format!("{}=={MLX_VERSION}", self.distribution)
+    }
+
+    /// Arguments of `python -m <these>` that download this wheel alone into `dest`.
+    pub fn pip_download_args(&self, dest: &std::path::Path) -> Vec<std::ffi::OsString> {
+        let mut args: Vec<std::ffi::OsString> = [
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--dest",
+        ]
+        .into_iter()
+        .map(Into::into)
+        .collect();
+        args.push(dest.into());
+        args.extend(self.pip_platform.iter().map(Into::into));
+        args.push(self.requirement().into());
+        args
+    }
+}
+
 /// Linux CPU wheel (links a reference BLAS, replaced by OpenBLAS at provisioning).
 pub const CPU_WHEEL: Wheel = Wheel {
     backend: "cpu",

@@ -127,19 +127,9 @@ impl Cache {
             .unwrap_or_else(|e| fail(&format!("creating downloads: {e}")));
         let file = downloads.join(wheel.file);
         if !file.is_file() {
-            let requirement = format!("{}=={}", wheel.distribution, pins::MLX_VERSION);
+            let requirement = wheel.requirement();
             let mut pip = Command::new(python());
-            pip.args([
-                "-m",
-                "pip",
-                "download",
-                "--no-deps",
-                "--only-binary=:all:",
-                "--dest",
-            ])
-            .arg(&downloads)
-            .args(wheel.pip_platform)
-            .arg(&requirement);
+            pip.arg("-m").args(wheel.pip_download_args(&downloads));
             run(
                 &mut pip,
                 &format!("downloading {requirement} with pip"),

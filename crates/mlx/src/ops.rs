@@ -64,6 +64,24 @@ macro_rules! with_ints {
     )*};
 }
 
+macro_rules! with_int {
+    ($($(#[$doc:meta])* $name:ident($arg:ident) => $ffi:ident;)*) => {$(
+        $(#[$doc])*
+        #[track_caller]
+        pub fn $name(a: &Array, $arg: i32, s: &Stream) -> Result<Array> { call!($ffi(a.raw, $arg, s.raw)) }
+    )*};
+}
+
+macro_rules! with_dtype {
+    ($($(#[$doc:meta])* $name:ident => $ffi:ident;)*) => {$(
+        $(#[$doc])*
+        #[track_caller]
+        pub fn $name(a: &Array, dtype: Dtype, s: &Stream) -> Result<Array> {
+            call!($ffi(a.raw, dtype.to_raw(), s.raw))
+        }
+    )*};
+}
+
 unary! {
     /// |a|.
     abs => mlx_abs;
@@ -233,10 +251,22 @@ with_ints! {
     tile => mlx_tile;
 }
 
-/// Converts the element type.
-#[track_caller]
-pub fn astype(a: &Array, dtype: Dtype, s: &Stream) -> Result<Array> {
-    call!(mlx_astype(a.raw, dtype.to_raw(), s.raw))
+with_int! {
+    /// Lower triangle: zeroes elements above diagonal `k` of the last two axes.
+    tril(k) => mlx_tril;
+    /// Upper triangle: zeroes elements below diagonal `k` of the last two axes.
+    triu(k) => mlx_triu;
+    /// Sorted along an axis.
+    sort(axis) => mlx_sort_axis;
+    /// Indices that sort along an axis.
+    argsort(axis) => mlx_argsort_axis;
+}
+
+with_dtype! {
+    /// Converts the element type.
+    astype => mlx_astype;
+    /// The array's bytes reinterpreted as `dtype` (a bit cast; same element size keeps the shape).
+    view => mlx_view;
 }
 
 /// A row-contiguous copy (or the array itself when it already is).
@@ -375,48 +405,29 @@ fn optional_dtype(dtype: Option<Dtype>) -> sys::mlx_optional_dtype {
     }
 }
 
-/// Cumulative product along an axis, accumulated and returned as `dtype` (or the input's type).
-#[track_caller]
-pub fn cumprod(
-    a: &Array,
-    axis: i32,
-    reverse: bool,
-    inclusive: bool,
-    dtype: Option<Dtype>,
-    s: &Stream,
-) -> Result<Array> {
-    let dtype = optional_dtype(dtype);
-    call!(mlx_cumprod_axis(
-        a.raw, axis, reverse, inclusive, dtype, s.raw
-    ))
+macro_rules! cumulative {
+    ($($(#[$doc:meta])* $name:ident => $ffi:ident;)*) => {$(
+        $(#[$doc])*
+        #[track_caller]
+        pub fn $name(
+            a: &Array,
+            axis: i32,
+            reverse: bool,
+            inclusive: bool,
+            dtype: Option<Dtype>,
+            s: &Stream,
+        ) -> Result<Array> {
+            let dtype = optional_dtype(dtype);
+            call!($ffi(a.raw, axis, reverse, inclusive, dtype, s.raw))
+        }
+    )*};
 }
 
-/// Cumulative sum along an axis, accumulated and returned as `dtype` (or the input's type).
-#[track_caller]
-pub fn cumsum(
-    a: &Array,
-    axis: i32,
-    reverse: bool,
-    inclusive: bool,
-    dtype: Option<Dtype>,
-    s: &Stream,
-) -> Result<Array> {
-    let dtype = optional_dtype(dtype);
-    call!(mlx_cumsum_axis(
-        a.raw, axis, reverse, inclusive, dtype, s.raw
-    ))
-}
-
-/// Lower triangle: zeroes elements above diagonal `k` of the last two axes.
-#[track_caller]
-pub fn tril(a: &Array, k: i32, s: &Stream) -> Result<Array> {
-    call!(mlx_tril(a.raw, k, s.raw))
-}
-
-/// Upper triangle: zeroes elements below diagonal `k` of the last two axes.
-#[track_caller]
-pub fn triu(a: &Array, k: i32, s: &Stream) -> Result<Array> {
-    call!(mlx_triu(a.raw, k, s.raw))
+cumulative! {
+    /// Cumulative product along an axis, accumulated and returned as `dtype` (or the input's type).
+    cumprod => mlx_cumprod_axis;
+    /// Cumulative sum along an axis, accumulated and returned as `dtype` (or the input's type).
+    cumsum => mlx_cumsum_axis;
 }
 
 /// Round to `decimals` places (half to even).
@@ -565,24 +576,6 @@ pub fn conv_general(input: &Array, weight: &Array, p: &ConvParams, s: &Stream) -
 #[track_caller]
 pub fn topk(a: &Array, k: i32, axis: i32, s: &Stream) -> Result<Array> {
     call!(mlx_topk_axis(a.raw, k, axis, s.raw))
-}
-
-/// Sorted along an axis.
-#[track_caller]
-pub fn sort(a: &Array, axis: i32, s: &Stream) -> Result<Array> {
-    call!(mlx_sort_axis(a.raw, axis, s.raw))
-}
-
-/// The array's bytes reinterpreted as `dtype` (a bit cast; same element size keeps the shape).
-#[track_caller]
-pub fn view(a: &Array, dtype: Dtype, s: &Stream) -> Result<Array> {
-    call!(mlx_view(a.raw, dtype.to_raw(), s.raw))
-}
-
-/// Indices that sort along an axis.
-#[track_caller]
-pub fn argsort(a: &Array, axis: i32, s: &Stream) -> Result<Array> {
-    call!(mlx_argsort_axis(a.raw, axis, s.raw))
 }
 
 /// `x @ dequantize(w).T` (or `x @ dequantize(w)` when `transpose` is false) with MLX's affine

@@ -122,47 +122,48 @@ fn rms_norm_fast_op_matches_definition() {
     }
 }
 
+/// Query, key and value `[1, 1, 4, 4]` for the attention tests.
+fn sdpa_inputs() -> (Array, Array, Array) {
+    let data = |f: fn(f32) -> f32| (0..16).map(|i| f(i as f32)).collect::<Vec<_>>();
+    let q = Array::from_slice(&data(|i| (i * 0.3).sin()), &[1, 1, 4, 4]).unwrap();
+    let k = Array::from_slice(&data(|i| (i * 0.7).cos()), &[1, 1, 4, 4]).unwrap();
+    let v = Array::from_slice(&data(|i| i), &[1, 1, 4, 4]).unwrap();
+    (q, k, v)
+}
+
+/// softmax(q k^T * 0.5 + mask) v, built from plain ops.
+fn reference_attention(
+    q: &Array,
+    k: &Array,
+    v: &Array,
+    mask: Option<&Array>,
+    s: &Stream,
+) -> Vec<f32> {
+    let kt = ops::transpose_axes(k, &[0, 1, 3, 2], s).unwrap();
+    let mut scores =
+        ops::multiply(&ops::matmul(q, &kt, s).unwrap(), &Array::scalar_f32(0.5), s).unwrap();
+    if let Some(mask) = mask {
+        scores = ops::add(&scores, mask, s).unwrap();
+    }
+    let probs = ops::softmax_axes(&scores, &[-1], true, s).unwrap();
+    ops::matmul(&probs, v, s).unwrap().to_vec::<f32>().unwrap()
+}
+
+fn assert_close(got: &Array, want: &[f32]) {
+    let g = got.to_vec::<f32>().unwrap();
+    assert!(
+        g.iter().zip(want).all(|(x, y)| (x - y).abs() < 1e-4),
+        "{g:?} vs {want:?}"
+    );
+}
+
 #[test]
 fn sdpa_matches_softmax_attention() {
     let s = Stream::default_cpu();
-    let q = Array::from_slice(
-        &(0..16).map(|i| (i as f32 * 0.3).sin()).collect::<Vec<_>>(),
-        &[1, 1, 4, 4],
-    )
-    .unwrap();
-    let k = Array::from_slice(
-        &(0..16).map(|i| (i as f32 * 0.7).cos()).collect::<Vec<_>>(),
-        &[1, 1, 4, 4],
-    )
-    .unwrap();
-    let v = Array::from_slice(
-        &(0..16).map(|i| i as f32).collect::<Vec<_>>(),
-        &[1, 1, 4, 4],
-    )
-    .unwrap();
+    let (q, k, v) = sdpa_inputs();
     let fused =
         fast::scaled_dot_product_attention(&q, &k, &v, 0.5, fast::AttentionMask::None, &s).unwrap();
-    let kt = ops::transpose_axes(&k, &[0, 1, 3, 2], &s).unwrap();
-    let scores = ops::multiply(
-        &ops::matmul(&q, &kt, &s).unwrap(),
-        &Array::scalar_f32(0.5),
-        &s,
-    )
-    .unwrap();
-    let reference = ops::matmul(
-        &ops::softmax_axes(&scores, &[-1], true, &s).unwrap(),
-        &v,
-        &s,
-    )
-    .unwrap();
-    let (a, b) = (
-        fused.to_vec::<f32>().unwrap(),
-        reference.to_vec::<f32>().unwrap(),
-    );
-    assert!(
-        a.iter().zip(&b).all(|(x, y)| (x - y).abs() < 1e-4),
-        "{a:?} vs {b:?}"
-    );
+    assert_close(&fused, &reference_attention(&q, &k, &v, None, &s));
 }
 
 fn gelu_body(x: &Array, s: &Stream) -> mlx::Result<Array> {
@@ -264,10 +265,7 @@ fn version_and_devices() {
 #[test]
 fn sdpa_applies_an_additive_mask_and_causal_mode() {
     let s = Stream::default_cpu();
-    let data = |f: fn(f32) -> f32| (0..16).map(|i| f(i as f32)).collect::<Vec<_>>();
-    let q = Array::from_slice(&data(|i| (i * 0.3).sin()), &[1, 1, 4, 4]).unwrap();
-    let k = Array::from_slice(&data(|i| (i * 0.7).cos()), &[1, 1, 4, 4]).unwrap();
-    let v = Array::from_slice(&data(|i| i), &[1, 1, 4, 4]).unwrap();
+    let (q, k, v) = sdpa_inputs();
     // Causal as an explicit additive mask.
     let mask: Vec<f32> = (0..16)
         .map(|i| {
@@ -285,30 +283,8 @@ fn sdpa_applies_an_additive_mask_and_causal_mode() {
     let causal =
         fast::scaled_dot_product_attention(&q, &k, &v, 0.5, fast::AttentionMask::Causal, &s)
             .unwrap();
-    let kt = ops::transpose_axes(&k, &[0, 1, 3, 2], &s).unwrap();
-    let scores = ops::add(
-        &ops::multiply(
-            &ops::matmul(&q, &kt, &s).unwrap(),
-            &Array::scalar_f32(0.5),
-            &s,
-        )
-        .unwrap(),
-        &mask,
-        &s,
-    )
-    .unwrap();
-    let reference = ops::matmul(
-        &ops::softmax_axes(&scores, &[-1], true, &s).unwrap(),
-        &v,
-        &s,
-    )
-    .unwrap();
-    let r = reference.to_vec::<f32>().unwrap();
+    let r = reference_attention(&q, &k, &v, Some(&mask), &s);
     for got in [with_mask, causal] {
-        let g = got.to_vec::<f32>().unwrap();
-        assert!(
-            g.iter().zip(&r).all(|(x, y)| (x - y).abs() < 1e-4),
-            "{g:?} vs {r:?}"
-        );
+        assert_close(&got, &r);
     }
 }

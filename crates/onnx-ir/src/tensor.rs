@@ -86,26 +86,11 @@ impl TensorData {
     pub fn to_i64_vec(&self) -> Option<Vec<i64>> {
         let b = &self.bytes;
         Some(match self.dtype {
-            DataType::Int64 => b
-                .chunks_exact(8)
-                .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
-                .collect(),
-            DataType::Int32 => b
-                .chunks_exact(4)
-                .map(|c| i32::from_le_bytes(c.try_into().unwrap()) as i64)
-                .collect(),
-            DataType::Uint32 => b
-                .chunks_exact(4)
-                .map(|c| u32::from_le_bytes(c.try_into().unwrap()) as i64)
-                .collect(),
-            DataType::Int16 => b
-                .chunks_exact(2)
-                .map(|c| i16::from_le_bytes(c.try_into().unwrap()) as i64)
-                .collect(),
-            DataType::Uint16 => b
-                .chunks_exact(2)
-                .map(|c| u16::from_le_bytes(c.try_into().unwrap()) as i64)
-                .collect(),
+            DataType::Int64 => le_values(b, i64::from_le_bytes),
+            DataType::Int32 => le_values(b, |c| i32::from_le_bytes(c) as i64),
+            DataType::Uint32 => le_values(b, |c| u32::from_le_bytes(c) as i64),
+            DataType::Int16 => le_values(b, |c| i16::from_le_bytes(c) as i64),
+            DataType::Uint16 => le_values(b, |c| u16::from_le_bytes(c) as i64),
             DataType::Int8 => b.iter().map(|&v| v as i8 as i64).collect(),
             DataType::Uint8 | DataType::Bool => b.iter().map(|&v| v as i64).collect(),
             _ => return None,
@@ -116,22 +101,12 @@ impl TensorData {
     pub fn to_f64_vec(&self) -> Option<Vec<f64>> {
         let b = &self.bytes;
         Some(match self.dtype {
-            DataType::Float => b
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64)
-                .collect(),
-            DataType::Double => b
-                .chunks_exact(8)
-                .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
-                .collect(),
-            DataType::Float16 => b
-                .chunks_exact(2)
-                .map(|c| f16_to_f64(u16::from_le_bytes([c[0], c[1]])))
-                .collect(),
-            DataType::BFloat16 => b
-                .chunks_exact(2)
-                .map(|c| f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16) as f64)
-                .collect(),
+            DataType::Float => le_values(b, |c| f32::from_le_bytes(c) as f64),
+            DataType::Double => le_values(b, f64::from_le_bytes),
+            DataType::Float16 => le_values(b, |c| f16_to_f64(u16::from_le_bytes(c))),
+            DataType::BFloat16 => le_values(b, |c| {
+                f32::from_bits((u16::from_le_bytes(c) as u32) << 16) as f64
+            }),
             _ => self.to_i64_vec()?.into_iter().map(|v| v as f64).collect(),
         })
     }
@@ -147,6 +122,14 @@ fn f16_to_f64(h: u16) -> f64 {
         31 => f64::NAN,
         _ => sign * (1.0 + frac / 1024.0) * 2f64.powi(exp - 15),
     }
+}
+
+/// The `N`-byte little-endian values of `bytes`, each decoded by `decode`.
+fn le_values<const N: usize, T>(bytes: &[u8], decode: impl Fn([u8; N]) -> T) -> Vec<T> {
+    bytes
+        .chunks_exact(N)
+        .map(|c| decode(c.try_into().expect("chunks_exact gives N bytes")))
+        .collect()
 }
 
 #[cfg(test)]

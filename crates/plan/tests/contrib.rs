@@ -6,27 +6,14 @@ use common::*;
 use onnx_ir::{DataType, Graph, TensorData};
 use plan::{CompileClass, Plan, Registry, Step};
 
-const MS: &str = "com.microsoft";
-
 fn g() -> G {
-    let mut g = G::new(21);
-    g.g.opset_imports.insert(MS.into(), 1);
-    g
-}
-
-fn ms(g: &mut G, op: &str, ins: &[&str], outs: &[&str]) -> usize {
-    g.node(op, ins, outs).domain = MS.into();
-    g.g.nodes.len() - 1
+    ms_graph(21)
 }
 
 fn decline_of(g: &Graph) -> String {
     let r = Registry::default();
     let node = g.nodes.last().unwrap();
     r.claim(g, node).expect_err("expected a decline").reason
-}
-
-fn attr(g: &mut G, i: usize, name: &str, a: onnx_ir::Attribute) {
-    g.g.nodes[i].attributes.insert(name.into(), a);
 }
 
 // ---------------------------------------------------------------------------------------------

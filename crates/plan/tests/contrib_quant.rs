@@ -6,12 +6,9 @@ mod common;
 use common::*;
 use onnx_ir::{Attribute, DataType, TensorData};
 
-const MS: &str = "com.microsoft";
-
 /// `op` of com.microsoft over `ins` -> `y`, on a uint8 or int32 `x` of shape [2, 4].
 fn one(op: &str, xdt: DataType, ins: &[&str]) -> G {
-    let mut g = G::new(17);
-    g.g.opset_imports.insert(MS.into(), 1);
+    let mut g = ms_graph(17);
     g.input("x", xdt, &[2, 4]);
     g.input("rs", DataType::Float, &[]);
     g.output_any("y", DataType::Uint8);

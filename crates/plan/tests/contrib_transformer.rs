@@ -8,21 +8,8 @@ use common::*;
 use onnx_ir::{DataType, TensorData};
 use plan::{Step, step::BinaryOp};
 
-const MS: &str = "com.microsoft";
-
 fn g() -> G {
-    let mut g = G::new(17);
-    g.g.opset_imports.insert(MS.into(), 1);
-    g
-}
-
-fn ms(g: &mut G, op: &str, ins: &[&str], outs: &[&str]) -> usize {
-    g.node(op, ins, outs).domain = MS.into();
-    g.g.nodes.len() - 1
-}
-
-fn attr(g: &mut G, i: usize, name: &str, a: onnx_ir::Attribute) {
-    g.g.nodes[i].attributes.insert(name.into(), a);
+    ms_graph(17)
 }
 
 // ---------------------------------------------------------------------------------------------

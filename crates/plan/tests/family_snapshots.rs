@@ -11,7 +11,6 @@ use onnx_ir::{Attribute, DataType, TensorData};
 const F: DataType = DataType::Float;
 const I64: DataType = DataType::Int64;
 const U8: DataType = DataType::Uint8;
-const MS: &str = "com.microsoft";
 const ML: &str = "ai.onnx.ml";
 
 /// Named attributes of a node.
@@ -20,8 +19,7 @@ type Attrs<'a> = &'a [(&'a str, Attribute)];
 /// A graph at ONNX `opset` (importing `com.microsoft` 1 and `ai.onnx.ml` 3) with the given
 /// inputs (`-1`: a symbolic dim) and outputs of undeclared shape.
 fn graph(opset: i64, ins: &[(&str, DataType, &[i64])], outs: &[(&str, DataType)]) -> G {
-    let mut g = G::new(opset);
-    g.g.opset_imports.insert(MS.into(), 1);
+    let mut g = ms_graph(opset);
     g.g.opset_imports.insert(ML.into(), 3);
     for (name, dt, d) in ins {
         g.input(name, *dt, d);

@@ -204,16 +204,7 @@ pub(crate) fn bounded_indices(
     flags: &mut Flags,
     s: &Stream,
 ) -> mlx::Result<Array> {
-    let dt = indices.dtype();
-    let hi = scalar_like(n as i64, dt, s)?;
-    let mut ok = ops::less(indices, &hi, s)?;
-    if is_signed(dt) {
-        let lo = scalar_like(-(n as i64), dt, s)?;
-        ok = ops::logical_and(&ok, &ops::greater_equal(indices, &lo, s)?, s)?;
-    }
-    flags.require(&ok, s)?;
-    let zero = scalar_like(0, dt, s)?;
-    ops::where_(&ok, indices, &zero, s)
+    bounded(indices, -(n as i64), n, flags, s)
 }
 
 /// `indices` (non-negative by contract, as a scatter's) with every value outside `[0, n)`
@@ -224,11 +215,17 @@ pub(crate) fn bounded_nonnegative_indices(
     flags: &mut Flags,
     s: &Stream,
 ) -> mlx::Result<Array> {
+    bounded(indices, 0, n, flags, s)
+}
+
+/// `indices` with every value outside `[lo, n)` replaced by 0 (an unsigned type has no lower
+/// bound to check), the requirement recorded in `flags`.
+fn bounded(indices: &Array, lo: i64, n: i32, flags: &mut Flags, s: &Stream) -> mlx::Result<Array> {
     let dt = indices.dtype();
     let mut ok = ops::less(indices, &scalar_like(n as i64, dt, s)?, s)?;
     if is_signed(dt) {
-        let zero = scalar_like(0, dt, s)?;
-        ok = ops::logical_and(&ok, &ops::greater_equal(indices, &zero, s)?, s)?;
+        let lo = scalar_like(lo, dt, s)?;
+        ok = ops::logical_and(&ok, &ops::greater_equal(indices, &lo, s)?, s)?;
     }
     flags.require(&ok, s)?;
     ops::where_(&ok, indices, &scalar_like(0, dt, s)?, s)

@@ -22,6 +22,15 @@ pub struct G {
     pub g: Graph,
 }
 
+/// A value of type `dt` and no stated shape.
+fn unranked(name: &str, dt: DataType) -> ValueInfo {
+    ValueInfo {
+        name: name.into(),
+        dtype: Some(dt),
+        shape: None,
+    }
+}
+
 impl G {
     pub fn new(opset: i64) -> Self {
         let mut g = Graph {
@@ -38,11 +47,7 @@ impl G {
     }
 
     pub fn input_unranked(&mut self, name: &str, dt: DataType) -> &mut Self {
-        self.g.inputs.push(ValueInfo {
-            name: name.into(),
-            dtype: Some(dt),
-            shape: None,
-        });
+        self.g.inputs.push(unranked(name, dt));
         self
     }
 
@@ -53,11 +58,7 @@ impl G {
 
     /// An output whose shape the test does not state.
     pub fn output_any(&mut self, name: &str, dt: DataType) -> &mut Self {
-        self.g.outputs.push(ValueInfo {
-            name: name.into(),
-            dtype: Some(dt),
-            shape: None,
-        });
+        self.g.outputs.push(unranked(name, dt));
         self
     }
 
@@ -101,6 +102,27 @@ impl G {
     pub fn build(&self) -> Graph {
         self.g.clone()
     }
+}
+
+/// The com.microsoft domain.
+pub const MS: &str = "com.microsoft";
+
+/// A graph of the default domain at `opset` that also imports com.microsoft version 1.
+pub fn ms_graph(opset: i64) -> G {
+    let mut g = G::new(opset);
+    g.g.opset_imports.insert(MS.into(), 1);
+    g
+}
+
+/// Adds a com.microsoft `op` node; its index.
+pub fn ms(g: &mut G, op: &str, ins: &[&str], outs: &[&str]) -> usize {
+    g.node(op, ins, outs).domain = MS.into();
+    g.g.nodes.len() - 1
+}
+
+/// Sets attribute `name` of node `i`.
+pub fn attr(g: &mut G, i: usize, name: &str, a: Attribute) {
+    g.g.nodes[i].attributes.insert(name.into(), a);
 }
 
 pub fn int(v: i64) -> Attribute {
