@@ -262,6 +262,22 @@ fn signal() {
     snap("signal", &g);
 }
 
+/// DFT whose values are known only at run time: the last dim (real or complex), the length
+/// and the axis (a one-sided forward transform of a real input, then an inverse one).
+#[test]
+fn signal_dynamic() {
+    let ins: &[(&str, DataType, &[i64])] = &[
+        ("x", F, &[2, -1, 1]),
+        ("c", F, &[2, 6, -1]),
+        ("n", I64, &[]),
+        ("axis", I64, &[1]),
+    ];
+    let mut g = graph(20, ins, &[("y", F), ("z", F)]);
+    op(&mut g, "DFT", "x _ axis -> y", &[("onesided", int(1))]);
+    op(&mut g, "DFT", "c n axis -> z", &[("inverse", int(1))]);
+    snap("signal_dynamic", &g);
+}
+
 #[test]
 fn loss() {
     let mut g = graph(

@@ -550,7 +550,7 @@ fn dft_and_stft_claims() {
     g.node("STFT", &["s", "step", "", "len"], &["y"]);
     let p = plan_of(&g.build());
     assert_eq!(count(&p, |s| matches!(s, Step::Windows { .. })), 1);
-    assert_eq!(count(&p, |s| matches!(s, Step::Dft { .. })), 1);
+    assert_eq!(count(&p, |s| matches!(s, Step::Fft { .. })), 1);
     let mut g = G::new(17);
     g.input("s", DataType::Float, &[1, 64, 2]);
     g.init_i64("step", &[], &[4]);

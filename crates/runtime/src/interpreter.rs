@@ -836,10 +836,31 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
             }
             return Ok(());
         }
-        Dft { x, spec, .. } => {
-            let shape = shape_i64(slots.get(*x)?);
-            let a = spec.resolve(&shape, &mut Host { slots }).map_err(err)?;
-            extra::dft(slots.get(*x)?, &a, s)?
+        Fft {
+            op,
+            x,
+            length,
+            axis,
+            ..
+        } => {
+            let mut host = Host { slots };
+            let length = length.as_ref().map(|l| l.get(&mut host)).transpose();
+            let axis = axis.get(&mut host).map_err(err)?;
+            let xa = slots.get(*x)?;
+            let axis = *axis
+                .first()
+                .ok_or_else(|| RuntimeError("FFT axis is empty".into()))?;
+            let dim = crate::guard::dim(xa, to_i32s(&[axis], "FFT axis")?[0])?;
+            let n = op
+                .length(length.map_err(err)?.as_deref(), i64::from(dim))
+                .map_err(err)?;
+            let (n, axis) = (to_i32s(&[n], "FFT length")?[0], axis as i32);
+            match op {
+                plan::step::FftOp::Fft => ops::fft(xa, n, axis, s),
+                plan::step::FftOp::Ifft => ops::ifft(xa, n, axis, s),
+                plan::step::FftOp::Irfft => ops::irfft(xa, n, axis, s),
+            }
+            .map_err(err)?
         }
         Recurrent {
             spec,

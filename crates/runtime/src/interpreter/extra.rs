@@ -1,8 +1,8 @@
 //! The multi-call steps of the interpreter: transposed convolution with its crop, linear /
-//! cubic resize, the sum of gathers and DFT.
+//! cubic resize and the sum of gathers.
 
 use mlx::{Array, Dtype, Stream, ops};
-use plan::step::{ConvTransposeArgs, DftArgs, DftKind, InterpArgs, InterpAxis, TakeSumArgs};
+use plan::step::{ConvTransposeArgs, InterpArgs, InterpAxis, TakeSumArgs};
 
 use super::err;
 use crate::RuntimeError;
@@ -170,40 +170,4 @@ fn linear_corners(
         acc = Some(accumulate(acc, t, s)?);
     }
     acc.ok_or_else(|| RuntimeError("resize without corners".into()))
-}
-
-/// ONNX `DFT` (see `plan::Step::Dft`).
-pub(super) fn dft(x: &Array, a: &DftArgs, s: &Stream) -> Result<Array, RuntimeError> {
-    let last = x.ndim() as i32 - 1;
-    let signal = if a.complex_in {
-        let xc = ops::contiguous(x, false, s).map_err(err)?;
-        let v = ops::view(&xc, Dtype::Complex64, s).map_err(err)?;
-        ops::squeeze_axes(&v, &[last], s).map_err(err)?
-    } else {
-        let r = ops::squeeze_axes(x, &[last], s).map_err(err)?;
-        ops::astype(&r, Dtype::Complex64, s).map_err(err)?
-    };
-    let y = match a.kind {
-        DftKind::Forward => ops::fft(&signal, a.n, a.axis, s),
-        DftKind::Inverse => ops::ifft(&signal, a.n, a.axis, s),
-        DftKind::InverseReal => ops::irfft(&signal, a.n, a.axis, s),
-    }
-    .map_err(err)?;
-    let y = match a.keep {
-        None => y,
-        Some(k) => {
-            let shape = y.shape();
-            let mut stop = shape.clone();
-            stop[a.axis as usize] = k.min(shape[a.axis as usize]);
-            let start = vec![0i32; shape.len()];
-            let strides = vec![1i32; shape.len()];
-            ops::slice(&y, &start, &stop, &strides, s).map_err(err)?
-        }
-    };
-    let expanded = ops::expand_dims_axes(&y, &[last], s).map_err(err)?;
-    if a.kind == DftKind::InverseReal {
-        return Ok(expanded);
-    }
-    let c = ops::contiguous(&expanded, false, s).map_err(err)?;
-    ops::view(&c, Dtype::Float32, s).map_err(err)
 }
