@@ -493,6 +493,21 @@ fn conv_transpose() {
     snap("conv_transpose", &g);
 }
 
+/// Pads beyond the kernel's span become a crop: a static `Slice` after the flipped
+/// convolution; with `output_shape` over an input of run-time size, its bounds come from a
+/// host kernel.
+#[test]
+fn conv_transpose_crop() {
+    let ins: &[(&str, DataType, &[i64])] = &[("x", F, &[1, 2, 8]), ("u", F, &[1, 2, -1])];
+    let mut g = graph(17, ins, &[("y", F), ("z", F)]);
+    g.weight("w", &[2, 3, 2]);
+    let pads = [("pads", ints(&[3, 2]))];
+    op(&mut g, "ConvTranspose", "x w -> y", &pads);
+    let os = [("output_shape", ints(&[2]))];
+    op(&mut g, "ConvTranspose", "u w -> z", &os);
+    snap("conv_transpose_crop", &g);
+}
+
 #[test]
 fn deform_conv() {
     let ins: &[(&str, DataType, &[i64])] = &[("x", F, &[1, 1, 4, 4]), ("off", F, &[1, 8, 3, 3])];

@@ -24,7 +24,7 @@ fn conv_transpose_claims_and_regroups_the_weight() {
         .steps
         .iter()
         .find_map(|s| match s {
-            Step::ConvTranspose { w, spec, .. } => Some((*w, spec.clone())),
+            Step::ConvFlipped { w, spec, .. } => Some((*w, spec.clone())),
             _ => None,
         })
         .expect("a ConvTranspose step");

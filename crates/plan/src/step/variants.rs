@@ -503,11 +503,11 @@ define_steps! {
             /// Output `[B, Hq, S, Dv]`.
             write out: Slot,
         } shapeless: !(*causal && mask.is_some()),
-        /// `out = mlx_conv_general(x, w, a.conv..., flip = true)` with `a = spec.resolve(x.shape)`,
-        /// then, when `a.needs_crop()`, `mlx_slice` dropping `a.crop_lo` / `a.crop_hi` elements of
-        /// each spatial dim (ONNX `ConvTranspose`; channels-last input `[N, *spatial, C]`, weight
-        /// `[O, *kernel, C/groups]`; `input_dilation` carries the ONNX strides).
-        ConvTranspose {
+        /// `out = mlx_conv_general(x, w, a.conv..., flip = true)` with `a = spec.resolve(x.shape)`
+        /// (channels-last input `[N, *spatial, C]`, weight `[O, *kernel, C/groups]`;
+        /// `input_dilation` carries the strides of ONNX `ConvTranspose`, whose crop, where its
+        /// pads exceed the kernel, the lowering emits as a `Slice`).
+        ConvFlipped {
             /// Channels-last input.
             read x: Slot,
             /// Weight in `mlx_conv_general`'s layout.

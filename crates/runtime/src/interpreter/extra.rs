@@ -1,42 +1,10 @@
-//! The multi-call steps of the interpreter: transposed convolution with its crop, linear /
-//! cubic resize and the sum of gathers.
+//! The multi-call steps of the interpreter: linear / cubic resize and the sum of gathers.
 
 use mlx::{Array, Dtype, Stream, ops};
-use plan::step::{ConvTransposeArgs, InterpArgs, InterpAxis, TakeSumArgs};
+use plan::step::{InterpArgs, InterpAxis, TakeSumArgs};
 
 use super::err;
 use crate::RuntimeError;
-
-/// `mlx_conv_general(x, w, ..., flip = true)`, then the crop of [`ConvTransposeArgs`].
-pub(super) fn conv_transpose(
-    x: &Array,
-    w: &Array,
-    a: &ConvTransposeArgs,
-    s: &Stream,
-) -> Result<Array, RuntimeError> {
-    let params = ops::ConvParams {
-        stride: a.conv.stride.clone(),
-        padding_lo: a.conv.padding_lo.clone(),
-        padding_hi: a.conv.padding_hi.clone(),
-        kernel_dilation: a.conv.kernel_dilation.clone(),
-        input_dilation: a.conv.input_dilation.clone(),
-        groups: a.conv.groups,
-        flip: true,
-    };
-    let y = ops::conv_general(x, w, &params, s).map_err(err)?;
-    if !a.needs_crop() {
-        return Ok(y);
-    }
-    let shape = y.shape();
-    let mut start = vec![0i32; shape.len()];
-    let mut stop = shape.clone();
-    for i in 0..a.crop_lo.len() {
-        start[1 + i] = a.crop_lo[i];
-        stop[1 + i] = shape[1 + i] - a.crop_hi[i];
-    }
-    let strides = vec![1i32; shape.len()];
-    ops::slice(&y, &start, &stop, &strides, s).map_err(err)
-}
 
 /// A float32 weight (or divisor) vector shaped to broadcast along `axis` of a rank-`rank` array.
 fn along_axis(values: &[f32], axis: i32, rank: usize) -> Result<Array, RuntimeError> {
