@@ -108,6 +108,19 @@ def test_conv_transpose_weight_input_and_symbolic_dims():
     np.testing.assert_allclose(run(session, {"X": x2, "W": w})[0], expected[0], rtol=1e-4, atol=1e-4)
 
 
+def test_conv_transpose_output_shape_crop_of_symbolic_dims():
+    """output_shape far below the full output over an input of symbolic dims: the crop's
+    start depends on the run-time size (a host kernel gives the slice bounds)."""
+    x, w = randn(1, 1, 8, 8, seed=1), randn(1, 2, 2, 2, seed=2)
+    attrs = dict(output_shape=[3, 4])
+    model = node_model("ConvTranspose", {"X": x}, consts={"W": w}, attrs=attrs, symbolic=["X"])
+    check_against_cpu(model, {"X": x}, ["ConvTranspose"])
+    x2 = randn(1, 1, 6, 9, seed=4)
+    session = make_session(model, mlx=True)
+    expected = run(make_session(model, mlx=False), {"X": x2})
+    np.testing.assert_allclose(run(session, {"X": x2})[0], expected[0], rtol=1e-4, atol=1e-4)
+
+
 def test_conv_transpose_declines_a_weight_of_unknown_shape():
     x, w = randn(1, 2, 4, 4, seed=1), randn(2, 2, 3, 3, seed=2)
     node = helper.make_node("ConvTranspose", ["X", "W"], ["Y"], name="convtranspose_0")

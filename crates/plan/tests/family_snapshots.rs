@@ -260,6 +260,22 @@ fn signal() {
     snap("signal", &g);
 }
 
+/// DFT whose values are known only at run time: the last dim (real or complex), the length
+/// and the axis (a one-sided forward transform of a real input, then an inverse one).
+#[test]
+fn signal_dynamic() {
+    let ins: &[(&str, DataType, &[i64])] = &[
+        ("x", F, &[2, -1, 1]),
+        ("c", F, &[2, 6, -1]),
+        ("n", I64, &[]),
+        ("axis", I64, &[1]),
+    ];
+    let mut g = graph(20, ins, &[("y", F), ("z", F)]);
+    op(&mut g, "DFT", "x _ axis -> y", &[("onesided", int(1))]);
+    op(&mut g, "DFT", "c n axis -> z", &[("inverse", int(1))]);
+    snap("signal_dynamic", &g);
+}
+
 #[test]
 fn loss() {
     let mut g = graph(
@@ -473,6 +489,21 @@ fn conv_transpose() {
     ];
     op(&mut g, "ConvTranspose", "x w -> y", &ct);
     snap("conv_transpose", &g);
+}
+
+/// Pads beyond the kernel's span become a crop: a static `Slice` after the flipped
+/// convolution; with `output_shape` over an input of run-time size, its bounds come from a
+/// host kernel.
+#[test]
+fn conv_transpose_crop() {
+    let ins: &[(&str, DataType, &[i64])] = &[("x", F, &[1, 2, 8]), ("u", F, &[1, 2, -1])];
+    let mut g = graph(17, ins, &[("y", F), ("z", F)]);
+    g.weight("w", &[2, 3, 2]);
+    let pads = [("pads", ints(&[3, 2]))];
+    op(&mut g, "ConvTranspose", "x w -> y", &pads);
+    let os = [("output_shape", ints(&[2]))];
+    op(&mut g, "ConvTranspose", "u w -> z", &os);
+    snap("conv_transpose_crop", &g);
 }
 
 #[test]

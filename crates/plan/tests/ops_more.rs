@@ -24,7 +24,7 @@ fn conv_transpose_claims_and_regroups_the_weight() {
         .steps
         .iter()
         .find_map(|s| match s {
-            Step::ConvTranspose { w, spec, .. } => Some((*w, spec.clone())),
+            Step::ConvFlipped { w, spec, .. } => Some((*w, spec.clone())),
             _ => None,
         })
         .expect("a ConvTranspose step");
@@ -550,7 +550,7 @@ fn dft_and_stft_claims() {
     g.node("STFT", &["s", "step", "", "len"], &["y"]);
     let p = plan_of(&g.build());
     assert_eq!(count(&p, |s| matches!(s, Step::Windows { .. })), 1);
-    assert_eq!(count(&p, |s| matches!(s, Step::Dft { .. })), 1);
+    assert_eq!(count(&p, |s| matches!(s, Step::Fft { .. })), 1);
     let mut g = G::new(17);
     g.input("s", DataType::Float, &[1, 64, 2]);
     g.init_i64("step", &[], &[4]);

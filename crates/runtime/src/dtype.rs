@@ -34,6 +34,7 @@ pub fn to_mlx(t: DataType) -> Result<Dtype, RuntimeError> {
         DataType::Uint16 => Dtype::Uint16,
         DataType::Uint32 => Dtype::Uint32,
         DataType::Uint64 => Dtype::Uint64,
+        DataType::Complex64 => Dtype::Complex64,
         other => return Err(RuntimeError(format!("MLX has no {other} dtype"))),
     })
 }
@@ -54,7 +55,7 @@ pub fn to_onnx(t: Dtype) -> Option<DataType> {
         Dtype::Uint16 => DataType::Uint16,
         Dtype::Uint32 => DataType::Uint32,
         Dtype::Uint64 => DataType::Uint64,
-        Dtype::Complex64 => return None,
+        Dtype::Complex64 => DataType::Complex64,
     })
 }
 

@@ -528,16 +528,7 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
             };
             let xa = slots.get(*x)?;
             let a = spec.resolve(&shape_i64(xa)).map_err(err)?;
-            let params = ops::ConvParams {
-                stride: a.stride,
-                padding_lo: a.padding_lo,
-                padding_hi: a.padding_hi,
-                kernel_dilation: a.kernel_dilation,
-                input_dilation: a.input_dilation,
-                groups: a.groups,
-                flip: false,
-            };
-            ops::conv_general(xa, slots.get(*w)?, &params, s).map_err(err)?
+            ops::conv_general(xa, slots.get(*w)?, &conv_params(a, false), s).map_err(err)?
         }
         Pad {
             x,
@@ -712,10 +703,10 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
             let reps = reps.get(&mut Host { slots }).map_err(err)?;
             ops::tile(slots.get(*x)?, &to_i32s(&reps, "Tile repeats")?, s).map_err(err)?
         }
-        ConvTranspose { x, w, spec, .. } => {
+        ConvFlipped { x, w, spec, .. } => {
             let xa = slots.get(*x)?;
-            let a = spec.resolve(&shape_i64(xa)).map_err(err)?;
-            extra::conv_transpose(xa, slots.get(*w)?, &a, s)?
+            let a = spec.resolve(&shape_i64(xa)).map_err(err)?.conv;
+            ops::conv_general(xa, slots.get(*w)?, &conv_params(a, true), s).map_err(err)?
         }
         ArgSort { x, axis, .. } => ops::argsort(slots.get(*x)?, *axis, s).map_err(err)?,
         Scatter {
@@ -836,10 +827,31 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
             }
             return Ok(());
         }
-        Dft { x, spec, .. } => {
-            let shape = shape_i64(slots.get(*x)?);
-            let a = spec.resolve(&shape, &mut Host { slots }).map_err(err)?;
-            extra::dft(slots.get(*x)?, &a, s)?
+        Fft {
+            op,
+            x,
+            length,
+            axis,
+            ..
+        } => {
+            let mut host = Host { slots };
+            let length = length.as_ref().map(|l| l.get(&mut host)).transpose();
+            let axis = axis.get(&mut host).map_err(err)?;
+            let xa = slots.get(*x)?;
+            let axis = *axis
+                .first()
+                .ok_or_else(|| RuntimeError("FFT axis is empty".into()))?;
+            let dim = crate::guard::dim(xa, to_i32s(&[axis], "FFT axis")?[0])?;
+            let n = op
+                .length(length.map_err(err)?.as_deref(), i64::from(dim))
+                .map_err(err)?;
+            let (n, axis) = (to_i32s(&[n], "FFT length")?[0], axis as i32);
+            match op {
+                plan::step::FftOp::Fft => ops::fft(xa, n, axis, s),
+                plan::step::FftOp::Ifft => ops::ifft(xa, n, axis, s),
+                plan::step::FftOp::Irfft => ops::irfft(xa, n, axis, s),
+            }
+            .map_err(err)?
         }
         Recurrent {
             spec,
@@ -1011,6 +1023,19 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
         .ok_or_else(|| RuntimeError("step without output".into()))?;
     slots.set(*out, out_value);
     Ok(())
+}
+
+/// `mlx_conv_general`'s parameters from resolved arguments.
+fn conv_params(a: plan::step::ConvArgs, flip: bool) -> ops::ConvParams {
+    ops::ConvParams {
+        stride: a.stride,
+        padding_lo: a.padding_lo,
+        padding_hi: a.padding_hi,
+        kernel_dilation: a.kernel_dilation,
+        input_dilation: a.input_dilation,
+        groups: a.groups,
+        flip,
+    }
 }
 
 /// `axis` counted from the front of a rank-`rank` shape.

@@ -1,20 +1,27 @@
 //! ConvTranspose: one `mlx_conv_general` over the stride-dilated input with the flipped,
-//! regrouped kernel (see [`crate::step::ConvTransposeSpec`]).
+//! regrouped kernel (see [`crate::step::ConvTransposeSpec`]), then a `Slice` where the pads
+//! exceed the kernel.
 
 use onnx_ir::{Node, TensorData};
 
 use super::nn::{channel_perms, finish_channels_last, spatial_attr};
 use super::*;
 use crate::decline;
+use crate::host::HostArg;
+use crate::kernel::{self, KernelAttrs};
 use crate::plan::invalid;
 use crate::registry::ClaimCtx;
-use crate::step::{ConvTransposePadding, ConvTransposeSpec, ReshapeTarget};
+use crate::step::{ConvTransposePadding, ConvTransposeSpec, ReshapeTarget, ShapeSource, SliceSpec};
 
 /// Registers the ConvTranspose family.
 #[rustfmt::skip]
 pub fn register(r: &mut Registry) {
     r.op("", "ConvTranspose", 1, MAX, claim_conv_transpose, lower_conv_transpose);
+    r.kernel(CROP_KERNEL, crop_kernel);
 }
+
+/// The host kernel giving the crop bounds of a ConvTranspose with `output_shape`.
+const CROP_KERNEL: &str = "conv_transpose_crop";
 
 /// The attributes of a ConvTranspose whose weight has shape `w_shape` (`[C, M/group, *k]`).
 pub(crate) fn conv_transpose_spec(
@@ -213,14 +220,103 @@ fn lower_conv_transpose(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError
             c
         }
     };
+    let spatial: Vec<Option<i64>> = ctx
+        .shape_of(node.input(0).unwrap_or(""))
+        .map(|s| s.iter().skip(2).map(|d| d.fixed()).collect())
+        .unwrap_or_default();
+    let crop = spec.static_crop(&spatial);
+    let d = spec.kernel.len();
     let y = ctx.temp(dt);
-    ctx.push(Step::ConvTranspose {
+    ctx.push(Step::ConvFlipped {
         x: xcl,
         w,
-        spec,
+        spec: spec.clone(),
         out: y,
     });
+    let axes = Some(ShapeSource::Static((1..=d as i64).collect()));
+    let bounds = match crop {
+        Some((lo, hi)) if lo.iter().chain(&hi).all(|&c| c == 0) => None,
+        // A negative end counts from the dim's end; `i64::MAX` keeps the whole tail.
+        Some((lo, hi)) => Some((
+            ShapeSource::Static(lo),
+            ShapeSource::Static(
+                hi.iter()
+                    .map(|&h| if h > 0 { -h } else { i64::MAX })
+                    .collect(),
+            ),
+        )),
+        None => {
+            let ConvTransposePadding::OutputShape { shape, upper } = &spec.padding else {
+                invalid!(
+                    node,
+                    "internal: only output_shape makes a crop depend on the input"
+                );
+            };
+            let attrs = KernelAttrs::new()
+                .ints("kernel", spec.kernel.clone())
+                .ints("strides", spec.strides.clone())
+                .ints("dilations", spec.dilations.clone())
+                .ints("output_padding", spec.output_padding.clone())
+                .ints("output_shape", shape.clone())
+                .bool("upper", *upper);
+            let out = ctx.host_kernel(
+                node,
+                CROP_KERNEL,
+                vec![HostArg::ShapeOf(xcl)],
+                attrs,
+                &[DataType::Int64, DataType::Int64],
+            )?;
+            Some((ShapeSource::Dynamic(out[0]), ShapeSource::Dynamic(out[1])))
+        }
+    };
+    let y = match bounds {
+        None => y,
+        Some((starts, ends)) => {
+            let out = ctx.temp(dt);
+            ctx.push(Step::Slice {
+                x: y,
+                spec: SliceSpec {
+                    starts,
+                    ends,
+                    axes,
+                    steps: None,
+                },
+                out,
+            });
+            out
+        }
+    };
     finish_channels_last(ctx, node, y, to_cf, dt)
+}
+
+/// The crop of a ConvTranspose with `output_shape` over a channels-last input of run-time
+/// shape (input 0): the start and end of each spatial dim of the flipped convolution's
+/// output (int64 `[d]` each).
+fn crop_kernel(
+    inputs: &[Option<TensorData>],
+    attrs: &KernelAttrs,
+) -> Result<Vec<TensorData>, String> {
+    let shape = kernel::i64s(kernel::input(inputs, 0)?)?;
+    let spec = ConvTransposeSpec {
+        kernel: attrs.get_ints("kernel")?.to_vec(),
+        strides: attrs.get_ints("strides")?.to_vec(),
+        dilations: attrs.get_ints("dilations")?.to_vec(),
+        output_padding: attrs.get_ints("output_padding")?.to_vec(),
+        padding: ConvTransposePadding::OutputShape {
+            shape: attrs.get_ints("output_shape")?.to_vec(),
+            upper: attrs.get_bool("upper")?,
+        },
+        groups: 1,
+    };
+    let a = spec.resolve(&shape)?;
+    let d = a.crop_lo.len();
+    let starts: Vec<i64> = a.crop_lo.iter().map(|&c| i64::from(c)).collect();
+    let ends: Vec<i64> = (0..d).map(|i| starts[i] + a.out_spatial[i]).collect();
+    let dims = vec![d as i64];
+    Ok(vec![
+        TensorData::from_i64(dims.clone(), &starts),
+        TensorData::from_i64(dims, &ends),
+    ])
 }
 
 #[cfg(test)]

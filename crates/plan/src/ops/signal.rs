@@ -10,8 +10,8 @@ use crate::kernel::{self, KernelAttrs};
 use crate::plan::invalid;
 use crate::registry::ClaimCtx;
 use crate::step::{
-    BinaryOp as B, DftSpec, FloatSource, MEL_TYPES, ReshapeTarget, ShapeSource, WindowSpec,
-    mel_weight_matrix,
+    BinaryOp as B, FftOp, FloatSource, MEL_TYPES, PadMode, PadSpec, ReshapeTarget, ShapeSource,
+    SliceSpec, WindowSpec, mel_weight_matrix, normalize_axis,
 };
 
 /// The host kernel computing a mel filter bank.
@@ -138,20 +138,234 @@ fn lower_dft(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     } else {
         ShapeSource::Static(vec![attr_int(node, "axis").or_invalid(node)?.unwrap_or(1)])
     };
+    let axis = int64_source(ctx, node, axis, 2)?;
     let length = match node.input(1) {
-        Some(_) => Some(ctx.ints_input(node, 1)?),
+        Some(_) => {
+            let l = ctx.ints_input(node, 1)?;
+            Some(int64_source(ctx, node, l, 1)?)
+        }
         None => None,
     };
-    let spec = DftSpec {
+    let rank = ctx.need_rank(node, 0)?;
+    let shape = ctx
+        .shape_of(node.input(0).unwrap_or(""))
+        .unwrap_or_default();
+    let dims: Vec<Option<i64>> = shape.iter().map(|d| d.fixed()).collect();
+    let x = ctx.input(node, 0)?;
+    let t = Transform {
+        rank,
+        dims,
         axis,
         length,
         inverse: attr_int(node, "inverse").or_invalid(node)?.unwrap_or(0) != 0,
         onesided: attr_int(node, "onesided").or_invalid(node)?.unwrap_or(0) != 0,
     };
-    let x = ctx.input(node, 0)?;
-    let out = ctx.temp(DataType::Float);
-    ctx.push(Step::Dft { x, spec, out });
+    let out = lower_transform(ctx, node, x, t)?;
     ctx.finish(node, 0, out, DataType::Float)
+}
+
+/// A dynamic integer source as an int64 slot (`i`: the node input it came from).
+fn int64_source(
+    ctx: &mut LowerCtx,
+    node: &Node,
+    src: ShapeSource,
+    i: usize,
+) -> Result<ShapeSource, PlanError> {
+    Ok(match src {
+        ShapeSource::Dynamic(s) => {
+            let dt = ctx.input_dtype(node, i)?;
+            ShapeSource::Dynamic(ctx.cast(s, dt, DataType::Int64))
+        }
+        st => st,
+    })
+}
+
+/// A DFT over a float32 array of rank `rank` whose last dim (1 real, 2 complex) packs the
+/// complex values.
+struct Transform {
+    rank: usize,
+    /// The input's dims, where fixed at plan time.
+    dims: Vec<Option<i64>>,
+    /// One int64 value (negative counts from the end, the complex dim included).
+    axis: ShapeSource,
+    /// `dft_length` (one int64 value), when given.
+    length: Option<ShapeSource>,
+    inverse: bool,
+    onesided: bool,
+}
+
+/// ONNX `DFT` as MLX calls: a real input (`[..., 1]`) padded with a zero imaginary part, both
+/// viewed as complex64 `[..., 1]`; one `mlx_fft_*` along the axis (the trailing dim of 1 rides
+/// along); a one-sided forward result sliced to `n / 2 + 1` bins; complex results viewed back
+/// as float32 `[..., 2]` (an inverse one-sided transform is real already: `[..., 1]`).
+fn lower_transform(
+    ctx: &mut LowerCtx,
+    node: &Node,
+    x: Slot,
+    t: Transform,
+) -> Result<Slot, PlanError> {
+    let last = t.rank - 1;
+    let zero = ctx.scalar(DataType::Float, 0.0)?;
+    let pads = match t.dims.get(last).copied().flatten() {
+        Some(1) => Some(PadSpec::Static {
+            axes: vec![last as i32],
+            lo: vec![0],
+            hi: vec![1],
+        }),
+        Some(2) => None,
+        Some(d) => invalid!(node, "the input's last dim is {d}, not 1 or 2"),
+        None => {
+            // [0, 2 - d] on the last axis, after requiring d in {1, 2}.
+            let d = ctx.dim_1d(x, last as i64);
+            let one = ctx.scalar(DataType::Int64, 1.0)?;
+            let two = ctx.scalar(DataType::Int64, 2.0)?;
+            let real = ctx.binary(B::Equal, d, one, DataType::Int64);
+            let complex = ctx.binary(B::Equal, d, two, DataType::Int64);
+            let ok = ctx.binary(B::LogicalOr, real, complex, DataType::Bool);
+            ctx.require(ok, "the input's last dim must be 1 (real) or 2 (complex)");
+            let hi = ctx.binary(B::Subtract, two, d, DataType::Int64);
+            let lo = ctx.constant(TensorData::from_i64(vec![1], &[0]));
+            let pads = ctx.temp(DataType::Int64);
+            ctx.push(Step::Concat {
+                inputs: vec![lo, hi],
+                axis: 0,
+                out: pads,
+            });
+            Some(PadSpec::Onnx {
+                pads: ShapeSource::Dynamic(pads),
+                axes: Some(ShapeSource::Static(vec![last as i64])),
+            })
+        }
+    };
+    let pairs = match pads {
+        Some(pads) => {
+            let out = ctx.temp(DataType::Float);
+            ctx.push(Step::Pad {
+                x,
+                pads,
+                mode: PadMode::Constant,
+                value: zero,
+                out,
+            });
+            out
+        }
+        None => x,
+    };
+    let signal = ctx.temp(DataType::Complex64);
+    ctx.push(Step::View {
+        x: pairs,
+        dtype: DataType::Complex64,
+        out: signal,
+    });
+    // The axis, counted from the front where known.
+    let axis = match &t.axis {
+        ShapeSource::Static(v) => {
+            let a = *v.first().ok_or_else(|| PlanError::Invalid {
+                node: node.name.clone(),
+                reason: "the axis is empty".into(),
+            })?;
+            let a = normalize_axis(a, t.rank).or_invalid(node)?;
+            if a == last {
+                invalid!(node, "the axis is the complex dim");
+            }
+            ShapeSource::Static(vec![a as i64])
+        }
+        ShapeSource::Dynamic(a) => {
+            let minus_one = ctx.scalar(DataType::Int64, -1.0)?;
+            let last_dim = ctx.scalar(DataType::Int64, last as f64)?;
+            let not_neg = ctx.binary(B::NotEqual, *a, minus_one, DataType::Int64);
+            let not_last = ctx.binary(B::NotEqual, *a, last_dim, DataType::Int64);
+            let ok = ctx.binary(B::LogicalAnd, not_neg, not_last, DataType::Bool);
+            ctx.require(ok, "the axis is the complex dim");
+            ShapeSource::Dynamic(*a)
+        }
+    };
+    let op = match (t.inverse, t.onesided) {
+        (true, true) => FftOp::Irfft,
+        (true, false) => FftOp::Ifft,
+        (false, _) => FftOp::Fft,
+    };
+    let y_dt = if op == FftOp::Irfft {
+        DataType::Float
+    } else {
+        DataType::Complex64
+    };
+    let mut y = ctx.temp(y_dt);
+    ctx.push(Step::Fft {
+        op,
+        x: signal,
+        length: t.length.clone(),
+        axis: axis.clone(),
+        out: y,
+    });
+    if op == FftOp::Fft && t.onesided {
+        y = keep_half(ctx, x, &t, &axis, y)?;
+    }
+    if op == FftOp::Irfft {
+        return Ok(y);
+    }
+    let out = ctx.temp(DataType::Float);
+    ctx.push(Step::View {
+        x: y,
+        dtype: DataType::Float,
+        out,
+    });
+    Ok(out)
+}
+
+/// The leading `n / 2 + 1` bins along `axis` of the forward transform `y` of `x`.
+fn keep_half(
+    ctx: &mut LowerCtx,
+    x: Slot,
+    t: &Transform,
+    axis: &ShapeSource,
+    y: Slot,
+) -> Result<Slot, PlanError> {
+    let static_axis = match axis {
+        ShapeSource::Static(v) => v.first().map(|&a| a as usize),
+        ShapeSource::Dynamic(_) => None,
+    };
+    let n = match &t.length {
+        Some(ShapeSource::Static(v)) => v.first().copied(),
+        Some(ShapeSource::Dynamic(_)) => None,
+        None => static_axis.and_then(|a| t.dims.get(a).copied().flatten()),
+    };
+    let ends = match n {
+        Some(n) => ShapeSource::Static(vec![n / 2 + 1]),
+        None => {
+            let n = match (&t.length, axis) {
+                (Some(ShapeSource::Dynamic(l)), _) => *l,
+                (_, ShapeSource::Static(a)) => ctx.dim_1d(x, a[0]),
+                (_, ShapeSource::Dynamic(a)) => {
+                    let dims = ctx.shape_vec(x);
+                    let out = ctx.temp(DataType::Int64);
+                    ctx.push(Step::Take {
+                        x: dims,
+                        indices: *a,
+                        axis: 0,
+                        out,
+                    });
+                    out
+                }
+            };
+            let two = ctx.scalar(DataType::Int64, 2.0)?;
+            let one = ctx.scalar(DataType::Int64, 1.0)?;
+            let half = ctx.binary(B::FloorDivide, n, two, DataType::Int64);
+            ShapeSource::Dynamic(ctx.binary(B::Add, half, one, DataType::Int64))
+        }
+    };
+    let out = ctx.temp(DataType::Complex64);
+    ctx.push(Step::Slice {
+        x: y,
+        spec: SliceSpec {
+            starts: ShapeSource::Static(vec![0]),
+            ends,
+            axes: Some(axis.clone()),
+            steps: None,
+        },
+        out,
+    });
+    Ok(out)
 }
 
 fn claim_stft(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
@@ -280,13 +494,14 @@ fn lower_stft(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
         let w = ctx.unsqueeze(window, vec![1], DataType::Float);
         y = ctx.binary(B::Multiply, y, w, DataType::Float);
     }
-    let spec = DftSpec {
+    let t = Transform {
+        rank: 4,
+        dims: vec![None, None, None, Some(c)],
         axis: ShapeSource::Static(vec![2]),
         length: Some(dft_length),
         inverse: false,
         onesided: attr_int(node, "onesided").or_invalid(node)?.unwrap_or(1) != 0,
     };
-    let out = ctx.temp(DataType::Float);
-    ctx.push(Step::Dft { x: y, spec, out });
+    let out = lower_transform(ctx, node, y, t)?;
     ctx.finish(node, 0, out, DataType::Float)
 }

@@ -1,5 +1,6 @@
 //! Transposed convolution (ONNX `ConvTranspose`) as one `mlx_conv_general` call over the
-//! stride-dilated input with a flipped kernel, plus a crop where ONNX pads exceed the kernel.
+//! stride-dilated input with a flipped kernel, plus a crop (a `Slice` step the lowering emits)
+//! where ONNX pads exceed the kernel.
 
 use super::{ConvArgs, shape_to_i32, to_i32};
 
@@ -51,8 +52,9 @@ pub struct ConvTransposeSpec {
     pub groups: i64,
 }
 
-/// Resolved arguments: `mlx_conv_general(x, w, conv...)` with `flip = true`, then (when any
-/// crop is non-zero) `mlx_slice` removing `crop_lo` / `crop_hi` elements of each spatial dim.
+/// Resolved arguments: `mlx_conv_general(x, w, conv...)` with `flip = true` (the
+/// [`super::Step::ConvFlipped`] step), then (when any crop is non-zero) a slice removing
+/// `crop_lo` / `crop_hi` elements of each spatial dim.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ConvTransposeArgs {
@@ -100,6 +102,41 @@ impl ConvTransposeSpec {
             }),
             ConvTransposePadding::OutputShape { .. } => false,
         }
+    }
+
+    /// The crop of each spatial dim (`lo`, `hi`) when it is known without the input's size:
+    /// always for explicit and SAME padding (it does not depend on it), for `output_shape` only
+    /// when every spatial dim is in `spatial` (the input's, where fixed).
+    pub fn static_crop(&self, spatial: &[Option<i64>]) -> Option<(Vec<i64>, Vec<i64>)> {
+        let d = self.kernel.len();
+        let (mut lo, mut hi) = (Vec::with_capacity(d), Vec::with_capacity(d));
+        for i in 0..d {
+            let (k, s, dil, adj) = (
+                self.kernel[i],
+                self.strides[i],
+                self.dilations[i],
+                self.output_padding[i],
+            );
+            let span = (k - 1) * dil;
+            let (head, tail, extra) = match &self.padding {
+                ConvTransposePadding::Explicit { lo, hi } => (lo[i], hi[i], 0),
+                // The full output less `in * stride` does not depend on `in`.
+                ConvTransposePadding::Same { upper } => {
+                    let (h, t) = distribute_padding((adj + span + 1 - s).max(0), *upper);
+                    (h, t, 0)
+                }
+                ConvTransposePadding::OutputShape { shape, upper } => {
+                    let n = (*spatial.get(i)?)?;
+                    let want = *shape.get(i)?;
+                    let full = (n - 1) * s + adj + span + 1;
+                    let (h, t) = distribute_padding((full - want).max(0), *upper);
+                    (h, t, (want - full).max(0))
+                }
+            };
+            lo.push((head - span).max(0));
+            hi.push((tail - span - adj - extra).max(0));
+        }
+        Some((lo, hi))
     }
 
     /// `mlx_conv_general` arguments and the crop for a channels-last input of `input_shape`.
@@ -271,6 +308,27 @@ mod tests {
             a.out_spatial[0]
         );
         assert!(a.needs_crop());
+        let crop = spec(2, 1, 1, 0, explicit(3, 2)).static_crop(&[None]);
+        assert_eq!(crop, Some((vec![2], vec![1])));
+        let os = ConvTransposePadding::OutputShape {
+            shape: vec![2],
+            upper: false,
+        };
+        assert_eq!(spec(2, 1, 1, 0, os.clone()).static_crop(&[None]), None);
+        let a = spec(2, 1, 1, 0, os.clone()).resolve(&[1, 8, 1]).unwrap();
+        let crop = spec(2, 1, 1, 0, os).static_crop(&[Some(8)]);
+        assert_eq!(
+            crop,
+            Some((vec![a.crop_lo[0] as i64], vec![a.crop_hi[0] as i64]))
+        );
+        let a = spec(3, 1, 1, 0, ConvTransposePadding::Same { upper: true })
+            .resolve(&[1, 5, 1])
+            .unwrap();
+        let crop = spec(3, 1, 1, 0, ConvTransposePadding::Same { upper: true }).static_crop(&[]);
+        assert_eq!(
+            crop,
+            Some((vec![a.crop_lo[0] as i64], vec![a.crop_hi[0] as i64]))
+        );
         assert!(
             spec(2, 1, 1, 0, explicit(5, 5))
                 .resolve(&[1, 3, 1])

@@ -45,7 +45,7 @@ pub use conv_transpose::{
 };
 pub use cumulative::{CumOp, cumulative_axis};
 pub use detection::{NmsInputs, non_max_suppression};
-pub use dft::{DftArgs, DftKind, DftSpec};
+pub use dft::FftOp;
 pub use gather_scatter::{
     DimRule, ScatterOp, dims_target, gather_slice_sizes, iota_i32, nonzero_coords,
 };

@@ -25,7 +25,7 @@
 //! [`Step::is_shapeless`]: super::Step::is_shapeless
 
 use super::{
-    Col2ImSpec, DftSpec, FloatSource, InterpSpec, PadSpec, ReduceAxes, ReshapeTarget, ResizeSpec,
+    Col2ImSpec, FloatSource, InterpSpec, PadSpec, ReduceAxes, ReshapeTarget, ResizeSpec,
     ShapeSource, SliceSpec, Slot,
 };
 use crate::host::HostArg;
@@ -170,7 +170,7 @@ macro_rules! spec_slots {
         }
     )*};
 }
-spec_slots!(InterpSpec, Col2ImSpec, DftSpec);
+spec_slots!(InterpSpec, Col2ImSpec);
 
 /// A reshape reads `Like`'s array (its shape only) and the host values of the other targets.
 impl Operand for ReshapeTarget {

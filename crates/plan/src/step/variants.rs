@@ -503,11 +503,11 @@ define_steps! {
             /// Output `[B, Hq, S, Dv]`.
             write out: Slot,
         } shapeless: !(*causal && mask.is_some()),
-        /// `out = mlx_conv_general(x, w, a.conv..., flip = true)` with `a = spec.resolve(x.shape)`,
-        /// then, when `a.needs_crop()`, `mlx_slice` dropping `a.crop_lo` / `a.crop_hi` elements of
-        /// each spatial dim (ONNX `ConvTranspose`; channels-last input `[N, *spatial, C]`, weight
-        /// `[O, *kernel, C/groups]`; `input_dilation` carries the ONNX strides).
-        ConvTranspose {
+        /// `out = mlx_conv_general(x, w, a.conv..., flip = true)` with `a = spec.resolve(x.shape)`
+        /// (channels-last input `[N, *spatial, C]`, weight `[O, *kernel, C/groups]`;
+        /// `input_dilation` carries the strides of ONNX `ConvTranspose`, whose crop, where its
+        /// pads exceed the kernel, the lowering emits as a `Slice`).
+        ConvFlipped {
             /// Channels-last input.
             read x: Slot,
             /// Weight in `mlx_conv_general`'s layout.
@@ -584,18 +584,19 @@ define_steps! {
             /// Output (float32).
             write out: Slot,
         } shapeless: false,
-        /// ONNX `DFT` of a float32 `x` (`[..., 1 | 2]`) with `a = spec.resolve(x.shape, host)`:
-        /// complex input `mlx_view(contiguous(x), complex64)` squeezed, real input squeezed and
-        /// `mlx_astype(.., complex64)`; then `mlx_fft_fft` / `mlx_fft_ifft` / `mlx_fft_irfft` of
-        /// length `a.n` along `a.axis`; one-sided forward output sliced to `a.keep` bins
-        /// (`mlx_slice`); complex results `mlx_view(.., float32)` of the expanded last dim (real
-        /// results expanded): float32 `[..., 2 | 1]`.
-        Dft {
-            /// Input.
+        /// `out = mlx_fft_<op>(x, n, axis)` of a complex64 `x`: `n` is `length`'s one value, or
+        /// MLX's default for `x.shape[axis]` when `None` ([`FftOp::length`]); `axis` is one
+        /// value (negative: MLX's rule).
+        Fft {
+            /// The transform.
+            attr op: FftOp,
+            /// Input (complex64).
             read x: Slot,
-            /// Parameters.
-            host spec: DftSpec,
-            /// Output.
+            /// The transform length, when given.
+            host length: Option<ShapeSource>,
+            /// The axis.
+            host axis: ShapeSource,
+            /// Output (complex64; float32 for `irfft`).
             write out: Slot,
         } shapeless: false,
         /// `out = mlx_linalg_det(x)` on the CPU stream (MLX's linear algebra runs on the CPU only);

@@ -1,42 +1,10 @@
-//! The multi-call steps of the interpreter: transposed convolution with its crop, linear /
-//! cubic resize, the sum of gathers and DFT.
+//! The multi-call steps of the interpreter: linear / cubic resize and the sum of gathers.
 
 use mlx::{Array, Dtype, Stream, ops};
-use plan::step::{ConvTransposeArgs, DftArgs, DftKind, InterpArgs, InterpAxis, TakeSumArgs};
+use plan::step::{InterpArgs, InterpAxis, TakeSumArgs};
 
 use super::err;
 use crate::RuntimeError;
-
-/// `mlx_conv_general(x, w, ..., flip = true)`, then the crop of [`ConvTransposeArgs`].
-pub(super) fn conv_transpose(
-    x: &Array,
-    w: &Array,
-    a: &ConvTransposeArgs,
-    s: &Stream,
-) -> Result<Array, RuntimeError> {
-    let params = ops::ConvParams {
-        stride: a.conv.stride.clone(),
-        padding_lo: a.conv.padding_lo.clone(),
-        padding_hi: a.conv.padding_hi.clone(),
-        kernel_dilation: a.conv.kernel_dilation.clone(),
-        input_dilation: a.conv.input_dilation.clone(),
-        groups: a.conv.groups,
-        flip: true,
-    };
-    let y = ops::conv_general(x, w, &params, s).map_err(err)?;
-    if !a.needs_crop() {
-        return Ok(y);
-    }
-    let shape = y.shape();
-    let mut start = vec![0i32; shape.len()];
-    let mut stop = shape.clone();
-    for i in 0..a.crop_lo.len() {
-        start[1 + i] = a.crop_lo[i];
-        stop[1 + i] = shape[1 + i] - a.crop_hi[i];
-    }
-    let strides = vec![1i32; shape.len()];
-    ops::slice(&y, &start, &stop, &strides, s).map_err(err)
-}
 
 /// A float32 weight (or divisor) vector shaped to broadcast along `axis` of a rank-`rank` array.
 fn along_axis(values: &[f32], axis: i32, rank: usize) -> Result<Array, RuntimeError> {
@@ -170,40 +138,4 @@ fn linear_corners(
         acc = Some(accumulate(acc, t, s)?);
     }
     acc.ok_or_else(|| RuntimeError("resize without corners".into()))
-}
-
-/// ONNX `DFT` (see `plan::Step::Dft`).
-pub(super) fn dft(x: &Array, a: &DftArgs, s: &Stream) -> Result<Array, RuntimeError> {
-    let last = x.ndim() as i32 - 1;
-    let signal = if a.complex_in {
-        let xc = ops::contiguous(x, false, s).map_err(err)?;
-        let v = ops::view(&xc, Dtype::Complex64, s).map_err(err)?;
-        ops::squeeze_axes(&v, &[last], s).map_err(err)?
-    } else {
-        let r = ops::squeeze_axes(x, &[last], s).map_err(err)?;
-        ops::astype(&r, Dtype::Complex64, s).map_err(err)?
-    };
-    let y = match a.kind {
-        DftKind::Forward => ops::fft(&signal, a.n, a.axis, s),
-        DftKind::Inverse => ops::ifft(&signal, a.n, a.axis, s),
-        DftKind::InverseReal => ops::irfft(&signal, a.n, a.axis, s),
-    }
-    .map_err(err)?;
-    let y = match a.keep {
-        None => y,
-        Some(k) => {
-            let shape = y.shape();
-            let mut stop = shape.clone();
-            stop[a.axis as usize] = k.min(shape[a.axis as usize]);
-            let start = vec![0i32; shape.len()];
-            let strides = vec![1i32; shape.len()];
-            ops::slice(&y, &start, &stop, &strides, s).map_err(err)?
-        }
-    };
-    let expanded = ops::expand_dims_axes(&y, &[last], s).map_err(err)?;
-    if a.kind == DftKind::InverseReal {
-        return Ok(expanded);
-    }
-    let c = ops::contiguous(&expanded, false, s).map_err(err)?;
-    ops::view(&c, Dtype::Float32, s).map_err(err)
 }
