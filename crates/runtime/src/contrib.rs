@@ -181,6 +181,12 @@ pub(crate) fn gqa_positions_on_device(
     }
     let k = ops::astype(seqlens, Dtype::Int64, s).map_err(err)?;
     let k = ops::reshape(&k, &[l.batch as i32, 1], s).map_err(err)?;
+    if l.seq == 1 {
+        // One new token: its position is `seqlens_k` itself. Without the `arange`, every layer
+        // computes the same ops from the same input, which a compiled closure's common-
+        // subexpression pass merges (the rotary gathers and their index guards included).
+        return Ok(k);
+    }
     let steps = ops::arange((1 - l.seq) as f64, 1.0, 1.0, Dtype::Int64, s).map_err(err)?;
     ops::add(&k, &steps, s).map_err(err)
 }
