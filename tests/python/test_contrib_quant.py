@@ -156,3 +156,44 @@ def test_qlinear_concat(qt, axis):
     inputs = [helper.make_tensor_value_info(f"x{k}", qt, shapes[k - 1]) for k in range(1, 4)]
     m = model(node, inputs, [helper.make_tensor_value_info("y", qt, None)], inits)
     check_against_cpu(m, feeds, rtol=0, atol=0, all_on_mlx=True)
+
+
+# ---------------------------------------------------------------------------
+# QLinearSoftmax
+
+
+def softmax_model(qt, shape, opset, axis, xs, ys, yz, x_zp=0):
+    dt = NP[qt]
+    inits = [numpy_helper.from_array(np.float32(xs), "xs"), numpy_helper.from_array(np.array(x_zp, dt), "xz"), numpy_helper.from_array(np.float32(ys), "ys")]
+    ins = ["x", "xs", "xz", "ys"]
+    inits.append(numpy_helper.from_array(np.array(yz, dt), "yz"))
+    ins.append("yz")
+    attrs = {"opset": opset}
+    if axis is not None:
+        attrs["axis"] = axis
+    node = helper.make_node("QLinearSoftmax", ins, ["y"], domain=MS, **attrs)
+    return model(node, [helper.make_tensor_value_info("x", qt, shape)], [helper.make_tensor_value_info("y", qt, shape)], inits)
+
+
+@pytest.mark.parametrize("qt", [T.INT8, T.UINT8])
+@pytest.mark.parametrize("opset,axis", [(13, None), (13, -1), (13, 1), (13, 0), (1, None), (1, 2), (1, 0)])
+@pytest.mark.parametrize("scales", [(0.1, 1 / 256, "min"), (0.0371, 1 / 255, 0), (0.29, 0.003, 10), (0.004, 0.01, 0)])
+def test_qlinear_softmax(qt, opset, axis, scales):
+    xs, ys, yz = scales
+    info = np.iinfo(NP[qt])
+    if yz == "min":
+        yz = int(info.min)
+    shape = [3, 5, 37]
+    x = np.random.default_rng(7).integers(info.min, info.max + 1, shape).astype(NP[qt])
+    x[0, 0, :] = info.max  # a row of equal maxima
+    x[1, 1, :3] = info.min
+    m = softmax_model(qt, shape, opset, axis, xs, ys, yz, x_zp=int(info.min) // 2)
+    check_against_cpu(m, {"x": x}, rtol=0, atol=0, all_on_mlx=True)
+
+
+def test_qlinear_softmax_overflowing_scale_stays_on_cpu():
+    # one element per row: ORT's e * floor(1 / y_scale) overflows float32
+    m = softmax_model(T.UINT8, [4, 1], 13, -1, 0.1, 1 / 256, 0)
+    s = make_session(m, mlx=True)
+    run(s, {"x": np.arange(4, dtype=np.uint8).reshape(4, 1)})
+    assert_on_cpu(s, ["QLinearSoftmax"])

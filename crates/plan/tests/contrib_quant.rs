@@ -94,3 +94,21 @@ fn qlinear_concat_claims_constant_tuples_only() {
     g.g.nodes[0].attr("axis", Attribute::Int(1));
     declined(&g, 0, "tuples");
 }
+
+#[test]
+fn qlinear_softmax_needs_constant_scales_and_fixed_rows() {
+    let sm = |ins: &[&str], opset: i64, axis: i64| {
+        let mut g = one("QLinearSoftmax", DataType::Uint8, ins);
+        g.g.nodes[0].attr("opset", Attribute::Int(opset));
+        g.g.nodes[0].attr("axis", Attribute::Int(axis));
+        g
+    };
+    assert_eq!(claim(&sm(&["x", "s", "z", "s", "z"], 13, -1), 0), Ok(()));
+    assert_eq!(claim(&sm(&["x", "s", "z", "s", "z"], 1, 0), 0), Ok(()));
+    declined(&sm(&["x", "rs", "z", "s", "z"], 13, -1), 0, "constant");
+    declined(&sm(&["x", "s", "z", "rs", "z"], 13, -1), 0, "constant");
+    let mut g = sm(&["x", "s", "z", "s", "z"], 13, -1);
+    g.g.nodes[0].attributes.remove("opset");
+    declined(&g, 0, "opset");
+    assert!(claim(&sm(&["x", "s", "z", "s", "z"], 13, 2), 0).is_err());
+}

@@ -765,3 +765,35 @@ fn microsoft_qlinear() {
     op(&mut g, "ms.DequantizeLinear", "q ys z -> y", &[]);
     snap("microsoft_qlinear", &g);
 }
+
+#[test]
+fn microsoft_fused_conv() {
+    let mut g = graph(
+        17,
+        &[("x", F, &[1, 2, 5, 5]), ("z", F, &[1, 3, 5, 5])],
+        &[("y", F)],
+    );
+    halves(&mut g, "w", &[3, 2, 3, 3]);
+    halves(&mut g, "b", &[3]);
+    let attrs = [
+        ("pads", ints(&[1, 1, 1, 1])),
+        ("activation", string("Clip")),
+        ("activation_params", floats(&[-1.0, 2.0])),
+    ];
+    op(&mut g, "ms.FusedConv", "x w b z -> y", &attrs);
+    snap("microsoft_fused_conv", &g);
+}
+
+#[test]
+fn microsoft_qlinear_softmax() {
+    let mut g = graph(17, &[("x", U8, &[2, 3, 4])], &[("y", U8)]);
+    g.init_f32("xs", &[], &[0.05])
+        .init_f32("ys", &[], &[1.0 / 256.0]);
+    g.init(
+        "z",
+        TensorData::new(U8, vec![], vec![0]).expect("a uint8 scalar"),
+    );
+    let attrs = [("opset", int(13)), ("axis", int(1))];
+    op(&mut g, "ms.QLinearSoftmax", "x xs z ys z -> y", &attrs);
+    snap("microsoft_qlinear_softmax", &g);
+}
