@@ -197,3 +197,91 @@ def test_qlinear_softmax_overflowing_scale_stays_on_cpu():
     s = make_session(m, mlx=True)
     run(s, {"x": np.arange(4, dtype=np.uint8).reshape(4, 1)})
     assert_on_cpu(s, ["QLinearSoftmax"])
+
+
+# ---------------------------------------------------------------------------
+# QLinearAveragePool / QLinearGlobalAveragePool
+
+
+def pool_model(op, qt, shape, out_shape, attrs, xs=0.05, xz=3, ys=0.04, yz=-2):
+    dt = NP[qt]
+    info = np.iinfo(dt)
+    xz, yz = (int(np.clip(v if qt == T.INT8 else v + 128, info.min, info.max)) for v in (xz, yz))
+    inits = [numpy_helper.from_array(np.float32(xs), "xs"), numpy_helper.from_array(np.array(xz, dt), "xz"), numpy_helper.from_array(np.float32(ys), "ys"), numpy_helper.from_array(np.array(yz, dt), "yz")]
+    node = helper.make_node(op, ["x", "xs", "xz", "ys", "yz"], ["y"], domain=MS, **attrs)
+    return model(node, [helper.make_tensor_value_info("x", qt, shape)], [helper.make_tensor_value_info("y", qt, out_shape)], inits)
+
+
+def qrandom(qt, shape, seed=11):
+    info = np.iinfo(NP[qt])
+    return np.random.default_rng(seed).integers(info.min, info.max + 1, shape).astype(NP[qt])
+
+
+@pytest.mark.parametrize("qt", [T.INT8, T.UINT8])
+@pytest.mark.parametrize("nhwc", [0, 1])
+@pytest.mark.parametrize("rank", [3, 4, 5])
+def test_qlinear_global_average_pool(qt, nhwc, rank):
+    spatial = [7, 5, 3][: rank - 2]
+    shape = [2, *spatial, 6] if nhwc else [2, 6, *spatial]
+    out = [2, *[1] * (rank - 2), 6] if nhwc else [2, 6, *[1] * (rank - 2)]
+    m = pool_model("QLinearGlobalAveragePool", qt, shape, out, {"channels_last": nhwc})
+    check_against_cpu(m, {"x": qrandom(qt, shape)}, rtol=0, atol=0, all_on_mlx=True)
+
+
+AVG_CASES = [
+    {"kernel_shape": [3, 3]},
+    {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},
+    {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1},
+    {"kernel_shape": [3, 2], "strides": [2, 2], "pads": [1, 0, 1, 1], "ceil_mode": 1},
+    {"kernel_shape": [3, 2], "strides": [2, 2], "pads": [1, 0, 1, 1], "ceil_mode": 1, "count_include_pad": 1},
+    {"kernel_shape": [2, 3], "strides": [2, 1], "auto_pad": "SAME_UPPER"},
+    {"kernel_shape": [2, 3], "strides": [2, 2], "auto_pad": "SAME_LOWER", "count_include_pad": 1},
+    {"kernel_shape": [7, 6]},  # the whole image: ORT's global path
+]
+
+
+def pool_out(shape_spatial, a):
+    k, s = a["kernel_shape"], a.get("strides", [1] * len(a["kernel_shape"]))
+    if "auto_pad" in a:
+        return [-(-n // st) for n, st in zip(shape_spatial, s)]
+    p = a.get("pads", [0] * 2 * len(k))
+    d = len(k)
+    out = []
+    for i, n in enumerate(shape_spatial):
+        span = n + p[i] + p[i + d] - k[i]
+        o = (-(-span // s[i]) if a.get("ceil_mode") else span // s[i]) + 1
+        if a.get("ceil_mode") and (o - 1) * s[i] >= n + p[i]:
+            o -= 1
+        out.append(o)
+    return out
+
+
+@pytest.mark.parametrize("qt", [T.INT8, T.UINT8])
+@pytest.mark.parametrize("nhwc", [0, 1])
+@pytest.mark.parametrize("case", range(len(AVG_CASES)))
+def test_qlinear_average_pool(qt, nhwc, case):
+    a = dict(AVG_CASES[case], channels_last=nhwc)
+    spatial = [7, 6]
+    o = pool_out(spatial, a)
+    shape = [2, *spatial, 5] if nhwc else [2, 5, *spatial]
+    out = [2, *o, 5] if nhwc else [2, 5, *o]
+    m = pool_model("QLinearAveragePool", qt, shape, out, a, xs=0.0173, ys=0.0131)
+    check_against_cpu(m, {"x": qrandom(qt, shape)}, rtol=0, atol=0, all_on_mlx=True)
+
+
+@pytest.mark.parametrize("rank", [3, 5])
+def test_qlinear_average_pool_1d_3d(rank):
+    k = [3, 2, 2][: rank - 2]
+    a = {"kernel_shape": k, "pads": [1] * (2 * len(k)), "strides": [2] * len(k)}
+    spatial = [6, 5, 4][: rank - 2]
+    shape, out = [1, 3, *spatial], [1, 3, *pool_out(spatial, a)]
+    m = pool_model("QLinearAveragePool", T.UINT8, shape, out, a)
+    check_against_cpu(m, {"x": qrandom(T.UINT8, shape)}, rtol=0, atol=0, all_on_mlx=True)
+
+
+def test_qlinear_global_average_pool_out_of_range_scale_stays_on_cpu():
+    m = pool_model("QLinearGlobalAveragePool", T.UINT8, [1, 2, 1, 1], [1, 2, 1, 1], {}, xs=300.0, ys=1.0)
+    s = make_session(m, mlx=True)
+    with pytest.raises(Exception):  # MLAS rejects the scale: the run fails on the CPU EP
+        run(s, {"x": np.zeros([1, 2, 1, 1], np.uint8)})
+    assert_on_cpu(s, ["QLinearGlobalAveragePool"])

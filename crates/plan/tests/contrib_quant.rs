@@ -112,3 +112,50 @@ fn qlinear_softmax_needs_constant_scales_and_fixed_rows() {
     declined(&g, 0, "opset");
     assert!(claim(&sm(&["x", "s", "z", "s", "z"], 13, 2), 0).is_err());
 }
+
+#[test]
+fn qlinear_pools_need_constant_parameters_and_supported_forms() {
+    let pool = |op: &str, ins: &[&str], attrs: &[(&str, Attribute)]| {
+        let mut g = G::new(17);
+        g.g.opset_imports.insert(MS.into(), 1);
+        g.input("x", DataType::Uint8, &[1, 2, 4, 4]);
+        g.input("rs", DataType::Float, &[]);
+        g.output_any("y", DataType::Uint8);
+        g.init_f32("s", &[], &[0.1]);
+        g.init_f32("big", &[], &[1000.0]);
+        g.init(
+            "z",
+            TensorData::new(DataType::Uint8, vec![], vec![3]).expect("u8"),
+        );
+        let n = g.node(op, ins, &["y"]);
+        n.domain = MS.into();
+        for (k, v) in attrs {
+            n.attr(k, v.clone());
+        }
+        g
+    };
+    let k = [("kernel_shape", Attribute::Ints(vec![2, 2]))];
+    let ok = ["x", "s", "z", "s", "z"];
+    assert_eq!(
+        claim(&pool("QLinearGlobalAveragePool", &ok, &[]), 0),
+        Ok(())
+    );
+    assert_eq!(claim(&pool("QLinearAveragePool", &ok, &k), 0), Ok(()));
+    let runtime = ["x", "rs", "z", "s", "z"];
+    declined(&pool("QLinearAveragePool", &runtime, &k), 0, "constant");
+    declined(
+        &pool("QLinearGlobalAveragePool", &runtime, &[]),
+        0,
+        "constant",
+    );
+    // MLAS rejects a scale of 1000 / (0.1 * 16)
+    let big = ["x", "big", "z", "s", "z"];
+    declined(&pool("QLinearGlobalAveragePool", &big, &[]), 0, "range");
+    let dil = [
+        ("kernel_shape", Attribute::Ints(vec![2, 2])),
+        ("dilations", Attribute::Ints(vec![2, 2])),
+    ];
+    declined(&pool("QLinearAveragePool", &ok, &dil), 0, "dilations");
+    let wide = [("kernel_shape", Attribute::Ints(vec![9, 9]))];
+    assert!(claim(&pool("QLinearAveragePool", &ok, &wide), 0).is_err());
+}

@@ -797,3 +797,27 @@ fn microsoft_qlinear_softmax() {
     op(&mut g, "ms.QLinearSoftmax", "x xs z ys z -> y", &attrs);
     snap("microsoft_qlinear_softmax", &g);
 }
+
+#[test]
+fn microsoft_qlinear_pools() {
+    let mut g = graph(17, &[("x", U8, &[1, 2, 4, 3])], &[("y", U8), ("g", U8)]);
+    g.init_f32("xs", &[], &[0.05]).init_f32("ys", &[], &[0.04]);
+    g.init(
+        "z",
+        TensorData::new(U8, vec![], vec![5]).expect("a uint8 scalar"),
+    );
+    let attrs = [
+        ("kernel_shape", ints(&[2, 2])),
+        ("strides", ints(&[2, 1])),
+        ("pads", ints(&[1, 0, 0, 1])),
+    ];
+    op(&mut g, "ms.QLinearAveragePool", "x xs z ys z -> y", &attrs);
+    let nhwc = [("channels_last", int(1))];
+    op(
+        &mut g,
+        "ms.QLinearGlobalAveragePool",
+        "x xs z ys z -> g",
+        &nhwc,
+    );
+    snap("microsoft_qlinear_pools", &g);
+}

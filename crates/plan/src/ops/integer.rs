@@ -332,7 +332,7 @@ fn q_bounds(dt: DataType) -> (f64, f64) {
 
 /// `round_half_even(clamp(float(acc) * multiplier, qmin - zp, qmax - zp)) + zp` cast to
 /// `y_dt` (MLAS's requantization).
-fn requantize(
+pub(crate) fn requantize(
     ctx: &mut LowerCtx,
     acc: Slot,
     multiplier: Slot,

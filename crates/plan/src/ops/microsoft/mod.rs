@@ -16,6 +16,7 @@ pub mod matmul;
 pub mod moe;
 pub mod norm;
 pub mod qlinear;
+pub mod qpool;
 pub mod qsoftmax;
 pub mod quant;
 pub mod rotary;
@@ -38,6 +39,7 @@ pub fn register(r: &mut Registry) {
     qlinear::register(r);
     fused_conv::register(r);
     qsoftmax::register(r);
+    qpool::register(r);
 }
 
 /// The declared dims of a value (or a constant's).
