@@ -285,3 +285,55 @@ def test_qlinear_global_average_pool_out_of_range_scale_stays_on_cpu():
     with pytest.raises(Exception):  # MLAS rejects the scale: the run fails on the CPU EP
         run(s, {"x": np.zeros([1, 2, 1, 1], np.uint8)})
     assert_on_cpu(s, ["QLinearGlobalAveragePool"])
+
+
+# ---------------------------------------------------------------------------
+# QGemm
+
+
+QGEMM_TYPES = [(T.UINT8, T.UINT8), (T.UINT8, T.INT8), (T.INT8, T.INT8)]
+
+
+@pytest.mark.parametrize("at,bt", QGEMM_TYPES, ids=lambda v: str(v))
+@pytest.mark.parametrize("trans", [(0, 0), (1, 0), (0, 1), (1, 1)])
+@pytest.mark.parametrize("per_column", [False, True])
+@pytest.mark.parametrize("c", [None, "n", "mn", "m1", "scalar"])
+@pytest.mark.parametrize("quantized", [False, True])
+def test_qgemm(at, bt, trans, per_column, c, quantized):
+    rng = np.random.default_rng(3)
+    m, k, n = 5, 300, 7  # K over one exact chunk
+    ta, tb = trans
+    a = qrandom(at, [k, m] if ta else [m, k], seed=1)
+    b = qrandom(bt, [n, k] if tb else [k, n], seed=2)
+    adt, bdt = NP[at], NP[bt]
+    bshape = [n] if per_column else []
+    inits = [
+        numpy_helper.from_array(np.float32(0.02), "as"),
+        numpy_helper.from_array(np.array(np.iinfo(adt).min // 3 + 40, adt), "az"),
+        numpy_helper.from_array(b, "b"),
+        numpy_helper.from_array(rng.uniform(0.01, 0.03, bshape).astype(np.float32), "bs"),
+        numpy_helper.from_array(rng.integers(np.iinfo(bdt).min // 2, np.iinfo(bdt).max // 2, bshape).astype(bdt), "bz"),
+    ]
+    ins = ["a", "as", "az", "b", "bs", "bz", ""]
+    cshape = {"n": [n], "mn": [m, n], "m1": [m, 1], "scalar": []}.get(c)
+    if cshape is not None:
+        inits.append(numpy_helper.from_array(rng.integers(-5000, 5000, cshape).astype(np.int32), "c"))
+        ins[6] = "c"
+    yt = T.FLOAT
+    if quantized:
+        inits += [numpy_helper.from_array(np.float32(0.8), "ys"), numpy_helper.from_array(np.array(np.iinfo(adt).min + 100, adt), "yz")]
+        ins += ["ys", "yz"]
+        yt = at
+    node = helper.make_node("QGemm", ins, ["y"], domain=MS, transA=ta, transB=tb, alpha=0.75)
+    mdl = model(node, [helper.make_tensor_value_info("a", at, list(a.shape))], [helper.make_tensor_value_info("y", yt, [m, n])], inits)
+    check_against_cpu(mdl, {"a": a}, rtol=0, atol=0, all_on_mlx=True)
+
+
+def test_qgemm_runtime_b_and_scales():
+    a, b = qrandom(T.UINT8, [4, 9], seed=5), qrandom(T.UINT8, [9, 3], seed=6)
+    inits = [numpy_helper.from_array(np.array(7, np.uint8), "az"), numpy_helper.from_array(np.array(100, np.uint8), "bz")]
+    node = helper.make_node("QGemm", ["a", "as", "az", "b", "bs", "bz"], ["y"], domain=MS)
+    ins = [helper.make_tensor_value_info("a", T.UINT8, [4, 9]), helper.make_tensor_value_info("as", T.FLOAT, []), helper.make_tensor_value_info("b", T.UINT8, [9, 3]), helper.make_tensor_value_info("bs", T.FLOAT, [])]
+    mdl = model(node, ins, [helper.make_tensor_value_info("y", T.FLOAT, [4, 3])], inits)
+    feeds = {"a": a, "as": np.array(0.3, np.float32), "b": b, "bs": np.array(0.07, np.float32)}
+    check_against_cpu(mdl, feeds, rtol=0, atol=0, all_on_mlx=True)

@@ -159,3 +159,38 @@ fn qlinear_pools_need_constant_parameters_and_supported_forms() {
     let wide = [("kernel_shape", Attribute::Ints(vec![9, 9]))];
     assert!(claim(&pool("QLinearAveragePool", &ok, &wide), 0).is_err());
 }
+
+#[test]
+fn qgemm_claims_its_schema_forms() {
+    let qgemm = |adt: DataType, bdt: DataType, bs: &[i64], ins: &[&str]| {
+        let mut g = G::new(17);
+        g.g.opset_imports.insert(MS.into(), 1);
+        g.input("a", adt, &[2, 4]);
+        g.input("b", bdt, &[4, 3]);
+        g.output_any("y", DataType::Float);
+        g.init_f32("s", &[], &[0.1]);
+        g.init_f32("bs", bs, &vec![0.1; bs.iter().product::<i64>() as usize]);
+        for (name, dt) in [("za", adt), ("zb", bdt)] {
+            let n: i64 = if name == "zb" { bs.iter().product() } else { 1 };
+            let d = if name == "zb" { bs.to_vec() } else { vec![] };
+            g.init(
+                name,
+                TensorData::new(dt, d, vec![1; n as usize]).expect("zp"),
+            );
+        }
+        let n = g.node("QGemm", ins, &["y"]);
+        n.domain = MS.into();
+        g
+    };
+    let (u8t, i8t) = (DataType::Uint8, DataType::Int8);
+    let ins = ["a", "s", "za", "b", "bs", "zb"];
+    assert_eq!(claim(&qgemm(u8t, i8t, &[3], &ins), 0), Ok(()));
+    assert_eq!(claim(&qgemm(i8t, i8t, &[], &ins), 0), Ok(()));
+    // int8 A takes int8 B only
+    assert!(claim(&qgemm(i8t, u8t, &[], &ins), 0).is_err());
+    // b_scale of neither 1 nor N elements
+    declined(&qgemm(u8t, u8t, &[2], &ins), 0, "b_scale");
+    // y_scale without y_zero_point
+    let half = ["a", "s", "za", "b", "bs", "zb", "", "s"];
+    declined(&qgemm(u8t, u8t, &[], &half), 0, "together");
+}

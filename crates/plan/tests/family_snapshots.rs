@@ -821,3 +821,24 @@ fn microsoft_qlinear_pools() {
     );
     snap("microsoft_qlinear_pools", &g);
 }
+
+#[test]
+fn microsoft_qgemm() {
+    let mut g = graph(17, &[("a", U8, &[3, 2])], &[("y", U8)]);
+    g.init_f32("as", &[], &[0.05])
+        .init_f32("bs", &[2], &[0.5, 0.25]);
+    g.init_f32("ys", &[], &[0.2]);
+    g.init("az", TensorData::new(U8, vec![], vec![3]).expect("u8"));
+    g.init(
+        "b",
+        TensorData::new(U8, vec![2, 3], vec![1, 2, 3, 4, 5, 6]).expect("u8"),
+    );
+    g.init("bz", TensorData::new(U8, vec![2], vec![4, 9]).expect("u8"));
+    let attrs = [
+        ("transA", int(1)),
+        ("transB", int(1)),
+        ("alpha", float(0.5)),
+    ];
+    op(&mut g, "ms.QGemm", "a as az b bs bz _ ys az -> y", &attrs);
+    snap("microsoft_qgemm", &g);
+}

@@ -15,6 +15,7 @@ pub mod gelu;
 pub mod matmul;
 pub mod moe;
 pub mod norm;
+pub mod qgemm;
 pub mod qlinear;
 pub mod qpool;
 pub mod qsoftmax;
@@ -40,6 +41,7 @@ pub fn register(r: &mut Registry) {
     fused_conv::register(r);
     qsoftmax::register(r);
     qpool::register(r);
+    qgemm::register(r);
 }
 
 /// The declared dims of a value (or a constant's).
