@@ -337,3 +337,72 @@ def test_qgemm_runtime_b_and_scales():
     mdl = model(node, ins, [helper.make_tensor_value_info("y", T.FLOAT, [4, 3])], inits)
     feeds = {"a": a, "as": np.array(0.3, np.float32), "b": b, "bs": np.array(0.07, np.float32)}
     check_against_cpu(mdl, feeds, rtol=0, atol=0, all_on_mlx=True)
+
+
+# ---------------------------------------------------------------------------
+# QLinearAdd (claimed where MLAS runs its AVX2 kernel: Linux x86-64 with AVX2 and FMA)
+
+
+def _mlas_avx2() -> bool:
+    import platform
+
+    if platform.system() != "Linux" or platform.machine() != "x86_64":
+        return False
+    flags = open("/proc/cpuinfo").read()
+    return " avx2" in flags and " fma" in flags
+
+
+ADD_SHAPES = [
+    ([3, 256], [3, 256]),
+    ([2, 3, 4], [3, 4]),
+    ([2, 3, 4], [3, 1]),
+    ([3, 1], [1, 4]),
+    ([4], [3, 1]),
+    ([2, 5], []),
+    ([1], [2, 5]),
+    ([2, 1, 4], [2, 3, 4]),
+    ([4, 1], [4, 1]),
+    ([256, 256], [256, 1]),  # every byte pair, B one value per row
+    ([256, 1], [256, 256]),  # every byte pair, A one value per row
+    ([1], [1024]),
+    ([1024], []),
+]
+
+
+@pytest.mark.parametrize("qt", [T.INT8, T.UINT8])
+@pytest.mark.parametrize("shapes", ADD_SHAPES, ids=str)
+@pytest.mark.parametrize("params", [(0.05, 3, 0.02, -7, 0.06, 1), (0.013, 100, 0.11, 20, 0.09, 0), (0.2, 0, 0.2, 0, 0.1, 0)])
+def test_qlinear_add(qt, shapes, params):
+    dt = NP[qt]
+    info = np.iinfo(dt)
+    sa, za, sb, zb, sc, zc = params
+    fix = lambda v: None if v is None else int(np.clip(v if qt == T.INT8 else v + 128, info.min, info.max))
+    inits, ins = [], []
+    for name, s, z in [("a", sa, fix(za)), ("b", sb, fix(zb)), ("c", sc, fix(zc))]:
+        inits.append(numpy_helper.from_array(np.float32(s), name + "s"))
+        if name != "c":
+            ins.append(name)
+        ins.append(name + "s")
+        if z is None:
+            ins.append("")
+        else:
+            inits.append(numpy_helper.from_array(np.array(z, dt), name + "z"))
+            ins.append(name + "z")
+    out = list(np.broadcast_shapes(tuple(shapes[0]), tuple(shapes[1])))
+    node = helper.make_node("QLinearAdd", ins, ["y"], domain=MS)
+    mdl = model(node, [helper.make_tensor_value_info("a", qt, shapes[0]), helper.make_tensor_value_info("b", qt, shapes[1])], [helper.make_tensor_value_info("y", qt, out)], inits)
+    rng = np.random.default_rng(9)
+    feeds = {"a": rng.integers(info.min, info.max + 1, shapes[0]).astype(dt), "b": rng.integers(info.min, info.max + 1, shapes[1]).astype(dt)}
+    every = np.arange(info.min, info.max + 1, dtype=np.int64)
+    if shapes[0] == [3, 256]:  # 768 byte pairs in the general form
+        feeds["a"] = np.tile(every, (3, 1)).astype(dt)
+        feeds["b"] = np.roll(feeds["a"], 17, axis=1)
+    elif 256 in shapes[0] and 256 in shapes[1]:
+        full, col = np.tile(every, (256, 1)).astype(dt), every.reshape(256, 1).astype(dt)
+        feeds = {"a": full, "b": col} if shapes[1] == [256, 1] else {"a": col, "b": full}
+    if _mlas_avx2():
+        check_against_cpu(mdl, feeds, rtol=0, atol=0, all_on_mlx=True)
+    else:
+        s = make_session(mdl, mlx=True)
+        run(s, feeds)
+        assert_on_cpu(s, ["QLinearAdd"])

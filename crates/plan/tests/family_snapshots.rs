@@ -842,3 +842,18 @@ fn microsoft_qgemm() {
     op(&mut g, "ms.QGemm", "a as az b bs bz _ ys az -> y", &attrs);
     snap("microsoft_qgemm", &g);
 }
+
+/// QLinearAdd is claimed only where MLAS runs the kernel its table reproduces.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+#[test]
+fn microsoft_qlinear_add() {
+    if !(std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma"))
+    {
+        return;
+    }
+    let mut g = graph(17, &[("a", U8, &[2, 3]), ("b", U8, &[3])], &[("y", U8)]);
+    g.init_f32("s", &[], &[0.05]);
+    g.init("z", TensorData::new(U8, vec![], vec![7]).expect("u8"));
+    op(&mut g, "ms.QLinearAdd", "a s z b s z s z -> y", &[]);
+    snap("microsoft_qlinear_add", &g);
+}

@@ -15,6 +15,7 @@ pub mod gelu;
 pub mod matmul;
 pub mod moe;
 pub mod norm;
+pub mod qbinary;
 pub mod qgemm;
 pub mod qlinear;
 pub mod qpool;
@@ -42,6 +43,7 @@ pub fn register(r: &mut Registry) {
     qsoftmax::register(r);
     qpool::register(r);
     qgemm::register(r);
+    qbinary::register(r);
 }
 
 /// The declared dims of a value (or a constant's).
