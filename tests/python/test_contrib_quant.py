@@ -340,13 +340,18 @@ def test_qgemm_runtime_b_and_scales():
 
 
 # ---------------------------------------------------------------------------
-# QLinearAdd (claimed where MLAS runs its AVX2 kernel: Linux x86-64 with AVX2 and FMA)
+# QLinearAdd (claimed where MLAS runs its AVX2 kernel: Linux x86-64 with AVX2 and FMA) and
+# QLinearMul (Linux x86-64: MLAS' SSE2 kernel)
+
+
+def _linux_x86_64() -> bool:
+    import platform
+
+    return platform.system() == "Linux" and platform.machine() == "x86_64"
 
 
 def _mlas_avx2() -> bool:
-    import platform
-
-    if platform.system() != "Linux" or platform.machine() != "x86_64":
+    if not _linux_x86_64():
         return False
     flags = open("/proc/cpuinfo").read()
     return " avx2" in flags and " fma" in flags
@@ -372,7 +377,8 @@ ADD_SHAPES = [
 @pytest.mark.parametrize("qt", [T.INT8, T.UINT8])
 @pytest.mark.parametrize("shapes", ADD_SHAPES, ids=str)
 @pytest.mark.parametrize("params", [(0.05, 3, 0.02, -7, 0.06, 1), (0.013, 100, 0.11, 20, 0.09, 0), (0.2, 0, 0.2, 0, 0.1, 0)])
-def test_qlinear_add(qt, shapes, params):
+@pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
+def test_qlinear_binary(op, qt, shapes, params):
     dt = NP[qt]
     info = np.iinfo(dt)
     sa, za, sb, zb, sc, zc = params
@@ -389,7 +395,7 @@ def test_qlinear_add(qt, shapes, params):
             inits.append(numpy_helper.from_array(np.array(z, dt), name + "z"))
             ins.append(name + "z")
     out = list(np.broadcast_shapes(tuple(shapes[0]), tuple(shapes[1])))
-    node = helper.make_node("QLinearAdd", ins, ["y"], domain=MS)
+    node = helper.make_node(op, ins, ["y"], domain=MS)
     mdl = model(node, [helper.make_tensor_value_info("a", qt, shapes[0]), helper.make_tensor_value_info("b", qt, shapes[1])], [helper.make_tensor_value_info("y", qt, out)], inits)
     rng = np.random.default_rng(9)
     feeds = {"a": rng.integers(info.min, info.max + 1, shapes[0]).astype(dt), "b": rng.integers(info.min, info.max + 1, shapes[1]).astype(dt)}
@@ -400,9 +406,9 @@ def test_qlinear_add(qt, shapes, params):
     elif 256 in shapes[0] and 256 in shapes[1]:
         full, col = np.tile(every, (256, 1)).astype(dt), every.reshape(256, 1).astype(dt)
         feeds = {"a": full, "b": col} if shapes[1] == [256, 1] else {"a": col, "b": full}
-    if _mlas_avx2():
+    if _mlas_avx2() or (op == "QLinearMul" and _linux_x86_64()):
         check_against_cpu(mdl, feeds, rtol=0, atol=0, all_on_mlx=True)
     else:
         s = make_session(mdl, mlx=True)
         run(s, feeds)
-        assert_on_cpu(s, ["QLinearAdd"])
+        assert_on_cpu(s, [op])

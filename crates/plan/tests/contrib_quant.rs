@@ -194,3 +194,23 @@ fn qgemm_claims_its_schema_forms() {
     let half = ["a", "s", "za", "b", "bs", "zb", "", "s"];
     declined(&qgemm(u8t, u8t, &[], &half), 0, "together");
 }
+
+#[test]
+fn qlinear_binary_ops_need_constant_parameters() {
+    for op in ["QLinearAdd", "QLinearMul"] {
+        let mut g = one(
+            op,
+            DataType::Uint8,
+            &["x", "s", "z", "x", "s", "z", "s", "z"],
+        );
+        let supported = cfg!(all(target_os = "linux", target_arch = "x86_64"))
+            && (op == "QLinearMul" || claim(&g, 0).is_ok());
+        if supported {
+            assert_eq!(claim(&g, 0), Ok(()));
+        } else {
+            declined(&g, 0, "MLAS");
+        }
+        g.g.nodes[0].inputs[4] = "rs".into();
+        assert!(claim(&g, 0).is_err());
+    }
+}

@@ -1,4 +1,5 @@
-//! `QLinearAdd` as ORT's CPU EP computes it, through a table of all 65536 input pairs.
+//! `QLinearAdd` and `QLinearMul` as ORT's CPU EP computes them, through a table of all 65536
+//! input pairs.
 //!
 //! MLAS' QLinearAdd kernel is CPU specific. Its AVX2 one (x86-64 with AVX2 and FMA, the kernel
 //! ORT's Linux builds pick there) computes, in float32 with `ra = a_scale / c_scale`,
@@ -14,6 +15,10 @@
 //! pair, so the plan builds the 64Ki-entry table of the form the node's (fixed) shapes select
 //! and gathers `table[256 * a' + b']` (`a'`, `b'` the bytes indexed from the type's lowest
 //! value). Elsewhere (other CPUs, other compilers' builds) the node stays on ORT's CPU EP.
+//!
+//! MLAS' QLinearMul on x86-64 (its SSE2 kernel, built without FMA) computes the exact product
+//! `p = (a - a_zp) * (b - b_zp)` and `float(p) * (a_scale * b_scale / c_scale) + c_zp` in
+//! float32, rounded half to even and saturated, the same for every broadcast form.
 
 use onnx_ir::{DataType, Node, TensorData};
 
@@ -25,8 +30,11 @@ use crate::step::BinaryOp as B;
 /// Registers the op.
 #[rustfmt::skip]
 pub fn register(r: &mut Registry) {
-    r.op(MS, "QLinearAdd", 1, 1, claim_add, lower_add)
+    r.op(MS, "QLinearAdd", 1, 1, claim_binary, lower_binary)
         .notes("int8/uint8 with constant scales and zero points, fixed shapes, numpy broadcasting; Linux x86-64 with AVX2 and FMA only (MLAS' kernel reproduced by a 64Ki-entry table)");
+    // the same table lowering; the op picks the kernel formula
+    r.op(MS, "QLinearMul", 1, 1, claim_binary, lower_binary)
+        .notes("int8/uint8 with constant scales and zero points, numpy broadcasting; Linux x86-64 only (MLAS' SSE2 kernel reproduced by a 64Ki-entry table)");
 }
 
 /// Which of MLAS' kernels ORT's broadcasting runs.
@@ -72,14 +80,17 @@ fn form(a: &[i64], b: &[i64]) -> Form {
     Form::General
 }
 
-/// Whether this machine's MLAS runs the kernel the table reproduces.
-fn kernel_known() -> bool {
+/// Whether this machine's MLAS runs the kernel of `op` the table reproduces.
+fn kernel_known(op: &str) -> bool {
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     {
-        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        op == "QLinearMul"
+            || (std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma"))
     }
     #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
     {
+        let _ = op;
         false
     }
 }
@@ -93,9 +104,11 @@ fn scale_zp<'t>(
     get: &impl Fn(usize) -> Option<&'t TensorData>,
 ) -> Result<(f32, i32), String> {
     let read = |i: usize, want: DataType| -> Result<f64, String> {
-        let t = get(i).ok_or("QLinearAdd: scales and zero points must be constant initializers")?;
+        let op = &node.op_type;
+        let t = get(i)
+            .ok_or_else(|| format!("{op}: scales and zero points must be constant initializers"))?;
         if t.dtype != want || t.dims.len() > 1 || t.numel() != 1 {
-            return Err(format!("QLinearAdd: input {i} must be a {want} scalar"));
+            return Err(format!("{op}: input {i} must be a {want} scalar"));
         }
         Ok(t.to_f64_vec()
             .and_then(|v| v.first().copied())
@@ -108,7 +121,10 @@ fn scale_zp<'t>(
         0
     };
     if !(scale.is_finite() && scale > 0.0) {
-        return Err("QLinearAdd: scales must be positive and finite".into());
+        return Err(format!(
+            "{}: scales must be positive and finite",
+            node.op_type
+        ));
     }
     Ok((scale, zp))
 }
@@ -146,32 +162,64 @@ fn add_table(dt: DataType, f: Form, a: (f32, i32), b: (f32, i32), c: (f32, i32))
     t
 }
 
+/// QLinearMul's 65536 outputs, entry `256 * a' + b'`.
+fn mul_table(dt: DataType, a: (f32, i32), b: (f32, i32), c: (f32, i32)) -> Vec<u8> {
+    let (lo, hi, off) = if dt == DataType::Int8 {
+        (-128.0, 127.0, -128)
+    } else {
+        (0.0, 255.0, 0)
+    };
+    let ratio = a.0 * b.0 / c.0;
+    let mut t = Vec::with_capacity(65536);
+    for i in 0..256 {
+        for j in 0..256 {
+            let p = (i + off - a.1) * (j + off - b.1);
+            let v = p as f32 * ratio + c.1 as f32;
+            t.push(v.round_ties_even().clamp(lo, hi) as i32 as u8);
+        }
+    }
+    t
+}
+
 /// Everything the lowering needs, from the node and its input shapes.
-fn add_of<'t>(
+fn table_of<'t>(
     node: &Node,
     dt: DataType,
     shapes: (Option<Vec<i64>>, Option<Vec<i64>>),
     get: impl Fn(usize) -> Option<&'t TensorData>,
 ) -> Result<Vec<u8>, String> {
-    if !kernel_known() {
-        return Err(
-            "QLinearAdd: MLAS' kernel on this CPU is not the AVX2 one the table reproduces".into(),
-        );
+    let op = &node.op_type;
+    if !kernel_known(op) {
+        return Err(format!(
+            "{op}: MLAS' kernel on this CPU is not the one the table reproduces"
+        ));
     }
-    let (Some(a), Some(b)) = shapes else {
-        return Err("QLinearAdd: the input shapes must be fixed".into());
-    };
     let pa = scale_zp(dt, 1, 2, node, &get)?;
     let pb = scale_zp(dt, 4, 5, node, &get)?;
     let pc = scale_zp(dt, 6, 7, node, &get)?;
+    // MLAS converts to int32 unchecked (an overflow would read as the lowest value)
+    let reach = if op == "QLinearMul" {
+        pa.0 as f64 * pb.0 as f64 / pc.0 as f64 * 65536.0
+    } else {
+        (pa.0 as f64 + pb.0 as f64) / pc.0 as f64 * 512.0
+    };
+    if reach >= 2f64.powi(30) {
+        return Err(format!("{op}: the scales overflow MLAS' int32 conversion"));
+    }
+    if op == "QLinearMul" {
+        return Ok(mul_table(dt, pa, pb, pc));
+    }
+    let (Some(a), Some(b)) = shapes else {
+        return Err(format!("{op}: the input shapes must be fixed"));
+    };
     Ok(add_table(dt, form(&a, &b), pa, pb, pc))
 }
 
-fn claim_add(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
+fn claim_binary(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
     let dt = ctx.expect_dtype(node, 0, &[DataType::Int8, DataType::Uint8])?;
     ctx.expect_dtype(node, 3, &[dt])?;
     if let Some(a) = node.attributes.keys().next() {
-        decline!("QLinearAdd: the attribute {a} is not claimed");
+        decline!("{}: the attribute {a} is not claimed", node.op_type);
     }
     let fixed = |i: usize| {
         let n = node.input(i)?;
@@ -180,11 +228,11 @@ fn claim_add(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
             .or_else(|| ctx.graph.value(n).and_then(|v| v.fixed_shape()))
     };
     let get = |i: usize| node.input(i).and_then(|n| ctx.constant(n));
-    add_of(node, dt, (fixed(0), fixed(3)), get).or_decline()?;
+    table_of(node, dt, (fixed(0), fixed(3)), get).or_decline()?;
     Ok(())
 }
 
-fn lower_add(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
+fn lower_binary(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     let dt = ctx.input_dtype(node, 0)?;
     let shapes = (
         ctx.input_fixed_shape(node, 0),
@@ -192,7 +240,7 @@ fn lower_add(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     );
     let table = {
         let get = |i: usize| ctx.const_input(node, i);
-        add_of(node, dt, shapes, get).or_invalid(node)?
+        table_of(node, dt, shapes, get).or_invalid(node)?
     };
     let table = TensorData::new(dt, vec![65536], table).or_invalid(node)?;
     let table = ctx.constant(table);
@@ -229,6 +277,14 @@ mod tests {
         assert_eq!(form(&[1], &[5]), Form::ScalarA);
         assert_eq!(form(&[5, 1], &[1, 1]), Form::ScalarB);
         assert_eq!(form(&[4, 1], &[4, 1]), Form::General);
+    }
+
+    #[test]
+    fn mul_table_multiplies_dequantized_values() {
+        let t = mul_table(DataType::Uint8, (0.5, 1), (0.5, 0), (0.25, 2));
+        // (3 - 1) * 0.5 * (4 * 0.5) / 0.25 + 2 = 10
+        assert_eq!(t[3 * 256 + 4], 10);
+        assert_eq!(t[255 * 256 + 255], 255);
     }
 
     #[test]
