@@ -296,7 +296,7 @@ def assert_outputs_match(actual: Sequence, expected: Sequence, *, rtol: float = 
 #: The integer matmuls whose B (input index) and B zero point (input index) ORT's CPU EP takes
 #: as uint8 x int8: on x86 CPUs without VNNI, MLAS sums u8 x s8 pairs in saturating int16
 #: (vpmaddubsw), so its results there are not the exact ones the ops define.
-_U8S8_MATMULS = {"MatMulInteger": (1, 3), "QLinearMatMul": (3, 5), "MatMulIntegerToFloat": (1, 5), "DynamicQuantizeMatMul": (1, 3)}
+_U8S8_MATMULS = {"MatMulInteger": (1, 3), "QLinearMatMul": (3, 5), "MatMulIntegerToFloat": (1, 5), "DynamicQuantizeMatMul": (1, 3), "QGemm": (3, 5)}
 
 
 def _shifted(x: np.ndarray) -> np.ndarray:

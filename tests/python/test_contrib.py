@@ -507,3 +507,51 @@ def test_matmul_nbits_float16(block):
     model = ms_model([node], {"A": a}, [("Y", TensorProto.FLOAT16)], consts={"B": b, "scales": scales, "zp": zp})
     # Outputs reach ~25: float16 steps there are 0.0156.
     compare(model, {"A": a}, ["MatMulNBits"], rtol=2e-3, atol=2e-2)
+
+
+# ---------------------------------------------------------------------------
+# FusedConv
+
+
+FUSED_ACTIVATIONS = [
+    (None, None),
+    ("Relu", None),
+    ("Tanh", None),
+    ("Sigmoid", None),
+    ("LeakyRelu", [0.15]),
+    ("Clip", [-0.5, 0.7]),
+    ("HardSigmoid", [0.3, 0.4]),
+]
+
+
+@pytest.mark.parametrize("activation,params", FUSED_ACTIVATIONS, ids=lambda v: str(v))
+@pytest.mark.parametrize("form", ["plain", "bias", "bias+z", "z", "grouped_strided", "same_upper"])
+def test_fused_conv(activation, params, form):
+    x = randn(2, 4, 7, 6, seed=1)
+    groups = 2 if form == "grouped_strided" else 1
+    w = randn(6, 4 // groups, 3, 3, seed=2, scale=0.3)
+    attrs = {"pads": [1, 1, 1, 1]}
+    if form == "grouped_strided":
+        attrs = {"group": 2, "strides": [2, 1], "dilations": [1, 2], "pads": [0, 1, 2, 2]}
+    elif form == "same_upper":
+        attrs = {"strides": [2, 2], "auto_pad": "SAME_UPPER"}
+    if activation is not None:
+        attrs["activation"] = activation
+    if params is not None:
+        attrs["activation_params"] = params
+    consts = {"w": w, "b": randn(6, seed=3)}
+    ins = ["x", "w", "b" if "bias" in form else ""]
+    feeds = {"x": x}
+    if "z" in form:
+        feeds["z"] = randn(2, 6, 7, 6, seed=4)
+        ins.append("z")
+    node = helper.make_node("FusedConv", ins, ["y"], domain=MS, **attrs)
+    compare(ms_model([node], feeds, ["y"], consts=consts), feeds, ["FusedConv"])
+
+
+def test_fused_conv_unknown_activation_stays_on_cpu():
+    x = randn(1, 2, 5, 5)
+    node = helper.make_node("FusedConv", ["x", "w"], ["y"], domain=MS, activation="LeakyRelu")  # no params: ORT fails it
+    m = ms_model([node], {"x": x}, ["y"], consts={"w": randn(3, 2, 3, 3)})
+    with pytest.raises(Exception):
+        make_session(m, mlx=True)

@@ -525,6 +525,13 @@ impl<'g> LowerCtx<'g> {
         self.steps.push(step);
     }
 
+    /// Appends the step `make` builds around a fresh temporary of `dtype`; returns that slot.
+    pub fn emit(&mut self, dtype: DataType, make: impl FnOnce(Slot) -> Step) -> Slot {
+        let out = self.temp(dtype);
+        self.push(make(out));
+        out
+    }
+
     /// Appends a [`Step::HostKernel`] running the registered kernel `kernel` (see
     /// [`crate::kernel`]) and returns one fresh slot per entry of `outputs` (their dtypes).
     pub fn host_kernel(

@@ -794,3 +794,95 @@ fn microsoft_qlinear() {
     op(&mut g, "ms.DequantizeLinear", "q ys z -> y", &[]);
     snap("microsoft_qlinear", &g);
 }
+
+#[test]
+fn microsoft_fused_conv() {
+    let mut g = graph(
+        17,
+        &[("x", F, &[1, 2, 5, 5]), ("z", F, &[1, 3, 5, 5])],
+        &[("y", F)],
+    );
+    halves(&mut g, "w", &[3, 2, 3, 3]);
+    halves(&mut g, "b", &[3]);
+    let attrs = [
+        ("pads", ints(&[1, 1, 1, 1])),
+        ("activation", string("Clip")),
+        ("activation_params", floats(&[-1.0, 2.0])),
+    ];
+    op(&mut g, "ms.FusedConv", "x w b z -> y", &attrs);
+    snap("microsoft_fused_conv", &g);
+}
+
+#[test]
+fn microsoft_qlinear_softmax() {
+    let mut g = graph(17, &[("x", U8, &[2, 3, 4])], &[("y", U8)]);
+    g.init_f32("xs", &[], &[0.05])
+        .init_f32("ys", &[], &[1.0 / 256.0]);
+    g.init(
+        "z",
+        TensorData::new(U8, vec![], vec![0]).expect("a uint8 scalar"),
+    );
+    let attrs = [("opset", int(13)), ("axis", int(1))];
+    op(&mut g, "ms.QLinearSoftmax", "x xs z ys z -> y", &attrs);
+    snap("microsoft_qlinear_softmax", &g);
+}
+
+#[test]
+fn microsoft_qlinear_pools() {
+    let mut g = graph(17, &[("x", U8, &[1, 2, 4, 3])], &[("y", U8), ("g", U8)]);
+    g.init_f32("xs", &[], &[0.05]).init_f32("ys", &[], &[0.04]);
+    g.init(
+        "z",
+        TensorData::new(U8, vec![], vec![5]).expect("a uint8 scalar"),
+    );
+    let attrs = [
+        ("kernel_shape", ints(&[2, 2])),
+        ("strides", ints(&[2, 1])),
+        ("pads", ints(&[1, 0, 0, 1])),
+    ];
+    op(&mut g, "ms.QLinearAveragePool", "x xs z ys z -> y", &attrs);
+    let nhwc = [("channels_last", int(1))];
+    op(
+        &mut g,
+        "ms.QLinearGlobalAveragePool",
+        "x xs z ys z -> g",
+        &nhwc,
+    );
+    snap("microsoft_qlinear_pools", &g);
+}
+
+#[test]
+fn microsoft_qgemm() {
+    let mut g = graph(17, &[("a", U8, &[3, 2])], &[("y", U8)]);
+    g.init_f32("as", &[], &[0.05])
+        .init_f32("bs", &[2], &[0.5, 0.25]);
+    g.init_f32("ys", &[], &[0.2]);
+    g.init("az", TensorData::new(U8, vec![], vec![3]).expect("u8"));
+    g.init(
+        "b",
+        TensorData::new(U8, vec![2, 3], vec![1, 2, 3, 4, 5, 6]).expect("u8"),
+    );
+    g.init("bz", TensorData::new(U8, vec![2], vec![4, 9]).expect("u8"));
+    let attrs = [
+        ("transA", int(1)),
+        ("transB", int(1)),
+        ("alpha", float(0.5)),
+    ];
+    op(&mut g, "ms.QGemm", "a as az b bs bz _ ys az -> y", &attrs);
+    snap("microsoft_qgemm", &g);
+}
+
+/// QLinearAdd is claimed only where MLAS runs the kernel its table reproduces.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+#[test]
+fn microsoft_qlinear_add() {
+    if !(std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma"))
+    {
+        return;
+    }
+    let mut g = graph(17, &[("a", U8, &[2, 3]), ("b", U8, &[3])], &[("y", U8)]);
+    g.init_f32("s", &[], &[0.05]);
+    g.init("z", TensorData::new(U8, vec![], vec![7]).expect("u8"));
+    op(&mut g, "ms.QLinearAdd", "a s z b s z s z -> y", &[]);
+    snap("microsoft_qlinear_add", &g);
+}

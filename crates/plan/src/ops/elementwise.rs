@@ -606,7 +606,7 @@ fn lower_activation(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     ctx.finish(node, 0, out, dt)
 }
 
-fn select(ctx: &mut LowerCtx, cond: Slot, x: Slot, y: Slot, dt: DataType) -> Slot {
+pub(crate) fn select(ctx: &mut LowerCtx, cond: Slot, x: Slot, y: Slot, dt: DataType) -> Slot {
     let out = ctx.temp(dt);
     ctx.push(Step::Where { cond, x, y, out });
     out

@@ -193,7 +193,7 @@ fn claim_qlinear_matmul(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
 
 /// Input `i` reshaped to a scalar when its rank is unknown (a run-time error unless it has
 /// one element, as ORT's kernels require).
-fn scalar_input(ctx: &mut LowerCtx, node: &Node, i: usize) -> Result<Slot, PlanError> {
+pub(crate) fn scalar_input(ctx: &mut LowerCtx, node: &Node, i: usize) -> Result<Slot, PlanError> {
     let dt = ctx.input_dtype(node, i)?;
     let x = ctx.input(node, i)?;
     if ctx.input_rank(node, i).is_some() {
@@ -332,7 +332,7 @@ fn q_bounds(dt: DataType) -> (f64, f64) {
 
 /// `round_half_even(clamp(float(acc) * multiplier, qmin - zp, qmax - zp)) + zp` cast to
 /// `y_dt` (MLAS's requantization).
-fn requantize(
+pub(crate) fn requantize(
     ctx: &mut LowerCtx,
     acc: Slot,
     multiplier: Slot,

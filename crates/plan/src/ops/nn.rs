@@ -119,7 +119,7 @@ pub(crate) fn conv_spec(
     })
 }
 
-fn claim_conv(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
+pub(crate) fn claim_conv(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
     let n = if node.input(2).is_some() { 3 } else { 2 };
     same_dtypes(ctx, node, 0..n, FLOATS)?;
     let w = node.input(1).unwrap_or("");
@@ -163,6 +163,13 @@ pub(crate) fn channel_perms(rank: usize) -> (Vec<i32>, Vec<i32>) {
 
 fn lower_conv(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     let dt = ctx.input_dtype(node, 0)?;
+    let y = conv_channels_first(ctx, node)?;
+    ctx.finish(node, 0, y, dt)
+}
+
+/// Conv of inputs 0 (X), 1 (W) and the optional bias 2, channels-first as ONNX lays it out.
+pub(crate) fn conv_channels_first(ctx: &mut LowerCtx, node: &Node) -> Result<Slot, PlanError> {
+    let dt = ctx.input_dtype(node, 0)?;
     let wname = node.input(1).unwrap_or("").to_string();
     let wshape = ctx.fixed_shape(&wname);
     let spec = conv_spec(node, wshape, ctx.input_rank(node, 1)).or_invalid(node)?;
@@ -199,7 +206,7 @@ fn lower_conv(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
         spec,
         out: y,
     });
-    finish_channels_last(ctx, node, y, to_cf, dt)
+    channels_last_out(ctx, node, y, to_cf, dt)
 }
 
 /// The last steps of Conv and ConvTranspose: adds the optional bias (input 2) to the
@@ -208,10 +215,22 @@ fn lower_conv(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
 pub(crate) fn finish_channels_last(
     ctx: &mut LowerCtx,
     node: &Node,
-    mut y: Slot,
+    y: Slot,
     to_cf: Vec<i32>,
     dt: DataType,
 ) -> Result<(), PlanError> {
+    let out = channels_last_out(ctx, node, y, to_cf, dt)?;
+    ctx.finish(node, 0, out, dt)
+}
+
+/// The channels-last result `y` plus the optional bias (input 2), transposed back by `to_cf`.
+fn channels_last_out(
+    ctx: &mut LowerCtx,
+    node: &Node,
+    mut y: Slot,
+    to_cf: Vec<i32>,
+    dt: DataType,
+) -> Result<Slot, PlanError> {
     if let Some(b) = ctx.opt_input(node, 2)? {
         y = ctx.binary(B::Add, y, b, dt);
     }
@@ -221,7 +240,7 @@ pub(crate) fn finish_channels_last(
         perm: Some(to_cf),
         out,
     });
-    ctx.finish(node, 0, out, dt)
+    Ok(out)
 }
 
 pub(crate) fn pool_spec(ctx_opset: i64, node: &Node) -> Result<PoolSpec, String> {

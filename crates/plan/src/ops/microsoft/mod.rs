@@ -10,11 +10,16 @@ use crate::step::{ReshapeTarget, ShapeSource, SliceSpec};
 
 pub mod attention;
 pub mod bert;
+pub mod fused_conv;
 pub mod gelu;
 pub mod matmul;
 pub mod moe;
 pub mod norm;
+pub mod qbinary;
+pub mod qgemm;
 pub mod qlinear;
+pub mod qpool;
+pub mod qsoftmax;
 pub mod quant;
 pub mod rotary;
 pub mod unet;
@@ -34,6 +39,11 @@ pub fn register(r: &mut Registry) {
     moe::register(r);
     quant::register(r);
     qlinear::register(r);
+    fused_conv::register(r);
+    qsoftmax::register(r);
+    qpool::register(r);
+    qgemm::register(r);
+    qbinary::register(r);
 }
 
 /// The declared dims of a value (or a constant's).
@@ -157,4 +167,14 @@ pub(crate) fn to_heads(ctx: &mut LowerCtx, x: Slot, heads: i64, dt: DataType) ->
 pub(crate) fn from_heads(ctx: &mut LowerCtx, x: Slot, dt: DataType) -> Slot {
     let t = transpose(ctx, x, &[0, 2, 1, 3], dt);
     reshape_to(ctx, t, &[0, 0, -1], dt)
+}
+
+/// A gather of `x` by `indices` along `axis` into a new temporary of type `dt`.
+pub(crate) fn take(ctx: &mut LowerCtx, x: Slot, indices: Slot, axis: i32, dt: DataType) -> Slot {
+    ctx.emit(dt, |out| Step::Take {
+        x,
+        indices,
+        axis,
+        out,
+    })
 }

@@ -209,14 +209,7 @@ fn apply_table(
         let off = ctx.scalar(i32t, 128.0)?;
         idx = ctx.binary(B::Add, idx, off, i32t);
     }
-    let out = ctx.temp(dt);
-    ctx.push(Step::Take {
-        x: table,
-        indices: idx,
-        axis: 0,
-        out,
-    });
-    Ok(out)
+    Ok(take(ctx, table, idx, 0, dt))
 }
 
 fn lower_leaky_relu(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {

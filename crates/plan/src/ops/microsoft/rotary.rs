@@ -107,14 +107,7 @@ pub(crate) fn rotate(
                 let h = w / 2;
                 let order: Vec<i64> = (h..w).chain(0..h).collect();
                 let indices = ctx.constant(TensorData::from_i64(vec![w], &order));
-                let out = ctx.temp(dt);
-                ctx.push(Step::Take {
-                    x: x_rot,
-                    indices,
-                    axis: 3,
-                    out,
-                });
-                out
+                take(ctx, x_rot, indices, 3, dt)
             }
             _ => {
                 let a = ctx.temp(dt);
