@@ -264,9 +264,6 @@ impl CompiledCache {
             self.decode_compiles += 1;
             return Ok(true);
         }
-        if crate::probe::past_independent(program, key, inputs, host, shapes, s)? {
-            return Ok(true);
-        }
         log::info!(
             "decode closure refused for {key:?}: a step that is not shape-polymorphic depends \
              on the past length; these runs go eager"
