@@ -84,8 +84,9 @@ pub const ENV_VARS: &[EnvVar] = &[
         scope: EnvScope::Library,
         read_by: "ortmlx-ep config (ortmlx-runtime acts on it)",
         meaning: "`1`: never compile plans with `mlx_compile` (eager only). Compiling is on by \
-                  default on the GPU and off on the CPU (MLX's CPU compile runs the system C++ \
-                  compiler at first use); the `compile` EP option overrides the default",
+                  default on the GPU; on the CPU only the shapeless decode closure compiles by \
+                  default (MLX's CPU compile runs the system C++ compiler at first use); the \
+                  `compile` EP option overrides the default",
     },
     EnvVar {
         name: "ORTMLX_DISABLE_COMPILE_DECODE",

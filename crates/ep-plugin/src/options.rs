@@ -16,7 +16,7 @@ pub const VALID_KEYS: &[(&str, &str)] = &[
     ("device", "cpu|gpu: where MLX runs the fused nodes"),
     (
         "compile",
-        "on|off|auto: run plans as compiled MLX closures (auto: on for the GPU, off for the CPU)",
+        "on|off|auto: run plans as compiled MLX closures (auto: on for the GPU; on the CPU, the decode closure only)",
     ),
     (
         "share_initializers",

@@ -968,6 +968,10 @@ struct Measured {
     max_abs_diff: f32,
     /// Per phase of the EP's run (`RunPhases::named`), the median microseconds.
     phases: Vec<(&'static str, u32)>,
+    /// The same for the other variant.
+    other_phases: Vec<(&'static str, u32)>,
+    /// The same for raw compiled (upload, closure call, evaluation, contiguous outputs).
+    raw_phases: Vec<(&'static str, u32)>,
 }
 
 impl Measured {
@@ -1023,6 +1027,7 @@ fn measure(w: &Workload, device: DeviceKind, timer: &Timer) -> Result<Measured, 
     let other = ep_executable(w, device, Some(device != DeviceKind::Gpu))?;
     let other_s = ep_time(&other)?;
     let other_path = other.run_stats().last.map_or("none", |l| l.path.name());
+    let other_phases = median_phases(&other, &inputs)?;
     let (ep_eager_s, ep_compiled_s) = if device == DeviceKind::Gpu {
         (other_s, ep_s)
     } else {
@@ -1048,12 +1053,41 @@ fn measure(w: &Workload, device: DeviceKind, timer: &Timer) -> Result<Measured, 
     })
     .compile(false)
     .map_err(|e| e.to_string())?;
+    let mut raw_samples: Vec<[u32; 4]> = Vec::new();
     let raw_compiled_s = timer.median(3, &mut || {
+        let t = Instant::now();
         let x = upload(&w.inputs).map_err(|e| e.to_string())?;
         let refs: Vec<&Array> = x.iter().collect();
+        let bound = Instant::now();
         let out = compiled.apply(&refs).map_err(|e| e.to_string())?;
-        finish(&out, &stream).map(drop).map_err(|e| e.to_string())
+        let called = Instant::now();
+        let refs: Vec<&Array> = out.iter().collect();
+        mlx::eval(&refs).map_err(|e| e.to_string())?;
+        let evaluated = Instant::now();
+        let out: Vec<Array> = out
+            .iter()
+            .map(|a| a.to_contiguous(&stream))
+            .collect::<MlxResult<_>>()
+            .map_err(|e| e.to_string())?;
+        drop(out);
+        let us = |a: Instant, b: Instant| b.duration_since(a).as_micros() as u32;
+        raw_samples.push([
+            us(t, bound),
+            us(bound, called),
+            us(called, evaluated),
+            us(evaluated, Instant::now()),
+        ]);
+        Ok(())
     })?;
+    let raw_phases = ["bind", "dispatch", "eval", "finish"]
+        .iter()
+        .enumerate()
+        .map(|(k, name)| {
+            let mut v: Vec<u32> = raw_samples.iter().map(|s| s[k]).collect();
+            v.sort_unstable();
+            (*name, v.get(v.len() / 2).copied().unwrap_or(0))
+        })
+        .collect();
     // The same computation? Compare the first output.
     let x = upload(&w.inputs).map_err(|e| e.to_string())?;
     let raw_out = finish(&eager(&x, &stream).map_err(|e| e.to_string())?, &stream)
@@ -1090,6 +1124,8 @@ fn measure(w: &Workload, device: DeviceKind, timer: &Timer) -> Result<Measured, 
         reads_per_run: stats.reads_per_run(),
         max_abs_diff,
         phases,
+        other_phases,
+        raw_phases,
     })
 }
 
@@ -1205,12 +1241,21 @@ fn run() -> Result<(), String> {
             m.ep_s * 1e6 / m.nodes as f64,
             m.max_abs_diff
         );
-        let spent: Vec<String> = m
-            .phases
-            .iter()
-            .map(|(name, us)| format!("{} {us}", name.trim_end_matches("_us")))
-            .collect();
-        println!("{:<15}ep run phases, median us: {}", "", spent.join(", "));
+        let spent = |phases: &[(&str, u32)]| {
+            phases
+                .iter()
+                .map(|(name, us)| format!("{} {us}", name.trim_end_matches("_us")))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        println!(
+            "{:<15}ep run phases, median us: {}; other ({}): {}; raw compiled: {}",
+            "",
+            spent(&m.phases),
+            m.other_path,
+            spent(&m.other_phases),
+            spent(&m.raw_phases)
+        );
         results.push(m);
     }
     let mut json = String::from("{\n");

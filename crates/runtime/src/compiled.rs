@@ -127,6 +127,8 @@ const MAX_DECODE_COMPILES: usize = 8;
 /// The compiled closures of one executable.
 pub(crate) struct CompiledCache {
     enabled: bool,
+    /// Only the decode slot compiles (the CPU's default); other runs go eager.
+    decode_only: bool,
     class: CompileClass,
     /// `Plan::decode_compilable`: some decode runs of a shape-keyed plan can share one
     /// shapeless closure.
@@ -158,6 +160,7 @@ impl CompiledCache {
         let class = program.plan.compile_class();
         CompiledCache {
             enabled: enabled && !crate::config().disable_compile,
+            decode_only: false,
             class,
             decode_compilable: class != CompileClass::Eager && program.plan.decode_compilable(),
             seq_input,
@@ -168,6 +171,11 @@ impl CompiledCache {
             general: Lru::new(capacity.unwrap_or(GENERAL_CAPACITY)),
             stats: CacheStats::default(),
         }
+    }
+
+    /// Compiles the decode slot only; every other run goes eager.
+    pub(crate) fn decode_only(&mut self) {
+        self.decode_only = true;
     }
 
     /// Counters so far.
@@ -216,7 +224,9 @@ impl CompiledCache {
                     return None;
                 }
             },
+            Some(_) if self.decode_only => return None,
             Some(_) => keyed(CompileSlot::Prefill),
+            None if self.decode_only => return None,
             None => keyed(CompileSlot::General),
         };
         (!choice.kind().disabled()).then_some(choice)
@@ -252,9 +262,6 @@ impl CompiledCache {
             || crate::probe::past_independent(program, key, inputs, host, shapes, s)?
         {
             self.decode_compiles += 1;
-            return Ok(true);
-        }
-        if crate::probe::past_independent(program, key, inputs, host, shapes, s)? {
             return Ok(true);
         }
         log::info!(

@@ -61,9 +61,11 @@ pub struct RuntimeOptions {
     /// Share identical initializers across sessions (the pool's own environment switch
     /// can still turn sharing off).
     pub share_initializers: bool,
-    /// Compile plans with `mlx_compile`; `None` picks the default: on for the GPU, off for
-    /// the CPU (MLX's CPU compile runs the system C++ compiler at first use of each fused
-    /// kernel, which costs seconds).
+    /// Compile plans with `mlx_compile`; `None` picks the default: on for the GPU; on the
+    /// CPU only the shapeless decode closure (one closure serves every token of every
+    /// generation, so MLX's CPU compile, which runs the system C++ compiler at first use of
+    /// each fused kernel and costs seconds, is paid once; shape-keyed closures of other
+    /// runs would pay it per shape).
     pub compile: Option<bool>,
     /// Capacity of each shape-keyed compiled cache (`None`: the defaults).
     pub compile_cache_capacity: Option<usize>,
@@ -542,6 +544,8 @@ impl Executable {
             _ => DeviceKind::Cpu,
         };
         let compile = options.compile.unwrap_or(device == DeviceKind::Gpu);
+        // the CPU's default: the decode closure only
+        let decode_only = options.compile.is_none() && device == DeviceKind::Cpu;
         let program = Program::build(
             plan,
             options.share_initializers,
@@ -549,12 +553,25 @@ impl Executable {
             (compile, device),
             false,
         )?;
-        let compiled = CompiledCache::new(&program, compile, options.compile_cache_capacity);
+        let mut compiled = CompiledCache::new(
+            &program,
+            compile || decode_only,
+            options.compile_cache_capacity,
+        );
+        if decode_only {
+            compiled.decode_only();
+        }
         log::info!(
             "executable: {} step(s) on the {device:?} stream, compile class {:?}, compile {}",
             program.plan.steps.len(),
             program.plan.compile_class(),
-            if compile { "on" } else { "off" }
+            if compile {
+                "on"
+            } else if decode_only {
+                "decode closure only"
+            } else {
+                "off"
+            }
         );
         if log::log_enabled!(log::Level::Info) {
             // What keeps the plan eager first (host reads), then what makes it shape-keyed.

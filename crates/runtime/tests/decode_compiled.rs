@@ -275,7 +275,18 @@ fn assert_close(a: &[f32], b: &[f32], what: &str) {
 /// leading mask zeros in row `b`), on a compiled and an eager executable side by side: the
 /// outputs of every run agree. Returns the compiled executable.
 fn generate(g: &Graph, prompt: &[Vec<i64>], pad: &[i64], steps: usize) -> Executable {
-    let compiled = executable_with(g, Some(true), None);
+    generate_with(g, Some(true), prompt, pad, steps)
+}
+
+/// [`generate`] with the compiled side's `compile` option.
+fn generate_with(
+    g: &Graph,
+    compile: Option<bool>,
+    prompt: &[Vec<i64>],
+    pad: &[i64],
+    steps: usize,
+) -> Executable {
+    let compiled = executable_with(g, compile, None);
     let eager = executable_with(g, Some(false), None);
     let batch = prompt.len() as i64;
     let seq = prompt[0].len() as i64;
@@ -352,6 +363,19 @@ fn a_gqa_decoder_decodes_through_one_shapeless_closure() {
     // One decode closure for every past length, one prefill closure.
     let c = e.cache_stats();
     assert_eq!((c.compiles, c.hits), (2, 7), "{c:?}");
+}
+
+#[test]
+fn the_cpu_default_compiles_the_decode_closure_only() {
+    // compile unset on the CPU: decode steps take the shapeless closure (one compile for
+    // every token), the prefill runs eagerly (a shape-keyed closure would compile per shape).
+    let g = decoder(-1, false);
+    let e = generate_with(&g, None, &[vec![3, 7, 1, 12]], &[0], 6);
+    let stats = e.run_stats();
+    assert_eq!(stats.decode_compiled, 6, "{stats:?}");
+    assert_eq!((stats.prefill_compiled, stats.eager), (0, 1), "{stats:?}");
+    let c = e.cache_stats();
+    assert_eq!((c.compiles, c.hits), (1, 5), "{c:?}");
 }
 
 #[test]

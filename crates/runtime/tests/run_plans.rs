@@ -283,6 +283,15 @@ fn compiled_runs_equal_eager_runs_and_the_shape_cache_is_bounded() {
         }
     }
     assert_eq!(eager.cache_stats().compiles, 0, "compile off means eager");
+    // The CPU's default compiles the decode closure only: this plan has none.
+    let default = executable_with(&g, None, None);
+    run_f32(&default, &[(&[2, 4], &[0.5; 8])]);
+    assert_eq!(
+        default.cache_stats().compiles,
+        0,
+        "the CPU default runs it eagerly"
+    );
+    assert_eq!(default.run_stats().eager, 1);
     let stats = compiled.cache_stats();
     assert!(stats.compiles >= 3, "{stats:?}");
     assert!(
