@@ -7,7 +7,7 @@ use onnx_ir::{DataType, Dim, Graph, IrError, Node, TensorData};
 
 use crate::host::{HOST_OPS, HostNode, HostProgram, host_dtype};
 use crate::registry::{ClaimCtx, Registry};
-use crate::step::{ShapeSource, Slot, Step};
+use crate::step::{ShapeSource, Slot, Step, SubPlan};
 
 /// A graph input of the plan: the runtime binds the ORT input array to `slot`.
 #[derive(Debug, Clone, PartialEq)]
@@ -139,9 +139,12 @@ impl Plan {
             CompileClass::ShapeKeyed
         };
         for s in &self.steps {
-            if !s.sub_plans().is_empty()
+            if s.runs_sub_plans_on_host()
                 || s.is_random()
                 || s.host_reads().iter().any(|r| !host_bound.contains(r))
+                || s.sub_plans()
+                    .iter()
+                    .any(|b| b.plan.compile_class() == CompileClass::Eager)
             {
                 return CompileClass::Eager;
             }
@@ -190,13 +193,25 @@ impl Plan {
                 .filter(|r| !host_bound.contains(r))
                 .map(|r| self.slots[r.index()].name.as_str())
                 .collect();
-            if !s.sub_plans().is_empty() {
+            if s.runs_sub_plans_on_host() {
                 out.push(CompileBlocker {
                     step: Some(i),
                     node,
                     op_type,
                     limits_to: CompileClass::Eager,
                     reason: format!("step {kind} runs sub-plans chosen or repeated on the host"),
+                });
+            } else if s
+                .sub_plans()
+                .iter()
+                .any(|b| b.plan.compile_class() == CompileClass::Eager)
+            {
+                out.push(CompileBlocker {
+                    step: Some(i),
+                    node,
+                    op_type,
+                    limits_to: CompileClass::Eager,
+                    reason: format!("step {kind} traces a sub-plan that runs eagerly"),
                 });
             } else if s.is_random() {
                 out.push(CompileBlocker {
@@ -1049,7 +1064,7 @@ fn eliminate_common_steps(steps: &mut Vec<Step>, spans: &mut [NodeSpan]) -> Hash
     remap
 }
 
-impl LowerCtx<'_> {
+impl<'g> LowerCtx<'g> {
     /// Moves `node` to the host program when it is shape arithmetic on values known from input
     /// shapes; returns whether it did.
     fn try_host(&mut self, node: &Node) -> bool {
@@ -1175,5 +1190,69 @@ impl LowerCtx<'_> {
     /// Known host values (initializers and folded), by name.
     pub fn known(&self) -> &HashMap<String, TensorData> {
         &self.known
+    }
+
+    /// A fresh context for a sub-plan that the lowering of `node` builds step by step (a body
+    /// with no ONNX graph of its own): declare its inputs with [`LowerCtx::body_input`], push
+    /// its steps, then close it with [`LowerCtx::into_sub_plan`].
+    pub fn for_body(&self, node: &Node) -> LowerCtx<'g> {
+        let mut body = LowerCtx::new(self.graph);
+        body.registry = self.registry;
+        body.opset = self.opset;
+        body.node_name = node.name.clone();
+        body
+    }
+
+    /// A new input slot of a body being built (see [`LowerCtx::for_body`]).
+    pub fn body_input(&mut self, name: &str, dtype: DataType) -> Slot {
+        self.new_slot(format!("{}#{name}", self.node_name), dtype)
+    }
+
+    /// The body built in this context as a [`SubPlan`]: `inputs` (the first `formal_inputs`
+    /// of them formal, the rest outer values), its steps as one span of `node`, and `outputs`.
+    pub fn into_sub_plan(
+        self,
+        node: &Node,
+        inputs: &[Slot],
+        outputs: Vec<Slot>,
+        formal_inputs: usize,
+    ) -> SubPlan {
+        let inputs = inputs
+            .iter()
+            .map(|&slot| {
+                let info = &self.slots[slot.index()];
+                PlanInput {
+                    slot,
+                    name: info.name.clone(),
+                    dtype: info.dtype,
+                    shape: None,
+                }
+            })
+            .collect();
+        let output_names = outputs
+            .iter()
+            .map(|o| self.slots[o.index()].name.clone())
+            .collect();
+        let plan = Plan {
+            inputs,
+            outputs,
+            output_names,
+            num_slots: self.slots.len(),
+            slots: self.slots,
+            constants: self.constants,
+            constant_sources: self.constant_sources,
+            nodes: vec![NodeSpan {
+                name: node.name.clone(),
+                op_type: node.op_type.clone(),
+                steps: 0..self.steps.len(),
+                on_host: false,
+            }],
+            steps: self.steps,
+            host: self.host,
+        };
+        SubPlan {
+            plan: Box::new(plan),
+            formal_inputs,
+        }
     }
 }

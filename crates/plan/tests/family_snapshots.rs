@@ -250,6 +250,34 @@ fn recurrent() {
 }
 
 #[test]
+fn recurrent_lstm() {
+    let ins: &[(&str, DataType, &[i64])] = &[
+        ("x", F, &[-1, 2, 3]),
+        ("lens", DataType::Int32, &[2]),
+        ("h0", F, &[1, 2, 2]),
+    ];
+    let mut g = graph(14, ins, &[("y", F), ("h", F), ("c", F)]);
+    g.weight("w", &[1, 8, 3])
+        .weight("r", &[1, 8, 2])
+        .weight("b", &[1, 16])
+        .weight("p", &[1, 6]);
+    let lstm = [
+        ("hidden_size", int(2)),
+        ("clip", float(3.0)),
+        (
+            "activations",
+            Attribute::Strings(vec![
+                b"HardSigmoid".to_vec(),
+                b"Tanh".to_vec(),
+                b"Softsign".to_vec(),
+            ]),
+        ),
+    ];
+    op(&mut g, "LSTM", "x w r b lens h0 _ p -> y h c", &lstm);
+    snap("recurrent_lstm", &g);
+}
+
+#[test]
 fn signal() {
     let mut g = graph(20, &[("x", F, &[1, 8, 1])], &[("y", F), ("z", F)]);
     g.init_i64("axis", &[], &[1]);

@@ -4,7 +4,7 @@ mod common;
 
 use common::*;
 use onnx_ir::{Attribute, DataType};
-use plan::step::{Activation, RecurrentKind};
+use plan::ops::recurrent::{Act as Activation, Kind as RecurrentKind, parse};
 use plan::{CompileClass, Plan, Registry, Step};
 
 fn claim(g: &G) -> Result<(), String> {
@@ -49,15 +49,74 @@ fn layer(op: &str, t: i64, dirs: i64) -> G {
     g
 }
 
-/// The one `Step::Recurrent` of a plan.
-fn recurrent(p: &Plan) -> &Step {
+/// The one inline `Step::Repeat` of a plan (the time loop).
+fn time_loop(p: &Plan) -> &Step {
     let mut it = p
         .steps
         .iter()
-        .filter(|s| matches!(s, Step::Recurrent { .. }));
-    let s = it.next().expect("a Recurrent step");
-    assert!(it.next().is_none(), "one Recurrent step");
+        .filter(|s| matches!(s, Step::Repeat { inline: true, .. }));
+    let s = it.next().expect("an inline Repeat step");
+    assert!(it.next().is_none(), "one inline Repeat step");
     s
+}
+
+/// The time loop's operand counts and scan directions.
+struct Loop {
+    carried: usize,
+    scanned: usize,
+    args: usize,
+    outs: usize,
+    scan_in: Vec<bool>,
+    scan_out: Vec<bool>,
+}
+
+fn loop_of(p: &Plan) -> Loop {
+    let rev = |v: &[plan::step::ScanAxis]| v.iter().map(|a| a.reverse).collect();
+    match time_loop(p) {
+        Step::Repeat {
+            carried: c,
+            scanned: x,
+            args: a,
+            outs: o,
+            scan_in: i,
+            scan_out: so,
+            ..
+        } => {
+            let (carried, scanned, args, outs) = (c.len(), x.len(), a.len(), o.len());
+            let (scan_in, scan_out) = (rev(i), rev(so));
+            Loop {
+                carried,
+                scanned,
+                args,
+                outs,
+                scan_in,
+                scan_out,
+            }
+        }
+        _ => unreachable!(),
+    }
+}
+
+/// The body of the time loop.
+fn body(p: &Plan) -> &Plan {
+    &time_loop(p).sub_plans()[0].plan
+}
+
+/// The resolved attributes of the graph's one node.
+fn spec_of(g: &G, kind: RecurrentKind) -> plan::ops::recurrent::Spec {
+    parse(&g.build().nodes[0], kind).expect("valid attributes")
+}
+
+/// No step of `p` (nor of its sub-plans) is one the runtime would have to know the layer
+/// for: every step is a generic MLX-level one.
+fn only_generic_steps(p: &Plan) {
+    for s in &p.steps {
+        let text = format!("{s:?}");
+        assert!(!text.contains("Recurrent"), "{text}");
+        for b in s.sub_plans() {
+            only_generic_steps(&b.plan);
+        }
+    }
 }
 
 #[test]
@@ -67,21 +126,36 @@ fn claims_the_three_layers() {
             let g = layer(op, 5, dirs);
             assert_eq!(claim(&g), Ok(()), "{op} dirs={dirs}");
             let p = plan_of(&g.build());
-            let Step::Recurrent { spec, outs, b, .. } = recurrent(&p) else {
-                unreachable!()
-            };
+            only_generic_steps(&p);
             let kind = match op {
                 "RNN" => RecurrentKind::Rnn,
                 "GRU" => RecurrentKind::Gru,
                 _ => RecurrentKind::Lstm,
             };
-            assert_eq!(spec.kind, kind);
-            assert_eq!(spec.reverse.len() as i64, dirs);
-            assert_eq!(spec.hidden, 4);
-            assert_eq!(spec.acts.len(), kind.acts() * dirs as usize);
-            assert!(b.is_none());
+            let sp = spec_of(&g, kind);
+            assert_eq!(sp.kind, kind);
+            assert_eq!(sp.reverse.len() as i64, dirs);
+            assert_eq!(sp.hidden, 4);
+            assert_eq!(sp.acts.len(), kind.acts() * dirs as usize);
+            let l = loop_of(&p);
+            let states = if kind == RecurrentKind::Lstm { 2 } else { 1 };
+            let d = dirs as usize;
+            assert_eq!(l.carried, states * d, "{op}: h (and c) per direction");
+            // The projections, no mask; a bidirectional layer scans its second backwards.
+            assert_eq!(l.scanned, d);
+            assert_eq!(l.scan_in, sp.reverse);
+            // Y is wanted: one stacked output per direction, in its scan order.
+            assert_eq!(l.scan_out, sp.reverse);
+            assert_eq!(l.outs, states * d + d);
+            // R^T per direction (GRU: its z|r and h columns); no bias, no peepholes.
+            let per_dir = if kind == RecurrentKind::Gru { 2 } else { 1 };
+            assert_eq!(l.args, per_dir * d, "{op}");
+            let b = body(&p);
+            assert_eq!(b.inputs.len(), l.carried + l.scanned + l.args);
+            assert_eq!(b.outputs.len(), l.outs);
+            assert_ne!(b.compile_class(), CompileClass::Eager);
             // Y and Y_h wanted, Y_c not.
-            assert!(outs[0].is_some() && outs[1].is_some() && outs[2].is_none());
+            assert_eq!(p.outputs.len(), 2);
             // The loop runs over a run-time length: shape-keyed, not shapeless.
             assert_eq!(p.compile_class(), CompileClass::ShapeKeyed);
         }
@@ -95,7 +169,8 @@ fn claims_a_dynamic_or_long_sequence_length() {
         g.g.inputs[0] = onnx_ir::ValueInfo::new("x", DataType::Float, dims(&[-1, 2, 3]));
         assert_eq!(claim(&g), Ok(()), "{op}");
         let p = plan_of(&g.build());
-        recurrent(&p);
+        time_loop(&p);
+        assert_eq!(p.compile_class(), CompileClass::ShapeKeyed, "{op}");
         let g = layer(op, 4096, 1);
         assert_eq!(claim(&g), Ok(()), "{op} long");
     }
@@ -112,10 +187,7 @@ fn resolves_activation_parameters() {
     );
     g.g.nodes[0].attr("activation_alpha", Attribute::Floats(vec![0.3, 0.05]));
     g.g.nodes[0].attr("clip", float(2.5));
-    let p = plan_of(&g.build());
-    let Step::Recurrent { spec, .. } = recurrent(&p) else {
-        unreachable!()
-    };
+    let spec = spec_of(&g, RecurrentKind::Lstm);
     // Alpha is consumed in order; HardSigmoid keeps its default beta, Affine's defaults to 0.
     assert_eq!(
         spec.acts,
@@ -131,10 +203,7 @@ fn resolves_activation_parameters() {
     g.g.nodes[0].attr("activations", strings(&["LeakyRelu", "Tanh"]));
     g.g.nodes[0].attr("activation_alpha", Attribute::Floats(vec![0.2, 0.7]));
     g.g.nodes[0].attr("clip", float(-1.0));
-    let p = plan_of(&g.build());
-    let Step::Recurrent { spec, .. } = recurrent(&p) else {
-        unreachable!()
-    };
+    let spec = spec_of(&g, RecurrentKind::Rnn);
     assert_eq!(spec.reverse, vec![false, true]);
     assert_eq!(
         spec.acts,
@@ -150,12 +219,13 @@ fn batch_major_layout_transposes_around_the_step() {
         g.g.nodes[0].attr("layout", int(1));
         assert_eq!(claim(&g), Ok(()), "{op}");
         let p = plan_of(&g.build());
-        recurrent(&p);
+        time_loop(&p);
+        // (The 2-D transposes are W^T and R^T.)
         let perms: Vec<_> = p
             .steps
             .iter()
             .filter_map(|s| match s {
-                Step::Transpose { perm, .. } => perm.clone(),
+                Step::Transpose { perm, .. } => perm.clone().filter(|p| p.len() > 2),
                 _ => None,
             })
             .collect();
@@ -222,10 +292,17 @@ fn sequence_lens_masks_the_steps() {
     g.g.nodes[0].inputs = vec!["x".into(), "w".into(), "r".into(), "".into(), "lens".into()];
     assert_eq!(claim(&g), Ok(()));
     let p = plan_of(&g.build());
-    let Step::Recurrent { lens, .. } = recurrent(&p) else {
-        unreachable!()
-    };
-    assert!(lens.is_some());
+    let l = loop_of(&p);
+    // Per direction the projection and the mask `t < lens[b]`, in that direction's order.
+    assert_eq!(l.scanned, 4);
+    assert_eq!(l.scan_in, vec![false, false, true, true]);
+    let mask_inputs = body(&p)
+        .inputs
+        .iter()
+        .filter(|i| i.dtype == DataType::Bool)
+        .count();
+    assert_eq!(mask_inputs, 2);
+    assert!(p.steps.iter().any(|s| matches!(s, Step::Iota { .. })));
     // A constant sequence_lens equal to seq_length everywhere needs no mask.
     let mut g = layer("LSTM", 4, 2);
     let bytes: Vec<u8> = [4i32, 4].iter().flat_map(|v| v.to_le_bytes()).collect();
@@ -236,10 +313,8 @@ fn sequence_lens_masks_the_steps() {
     g.g.nodes[0].inputs = vec!["x".into(), "w".into(), "r".into(), "".into(), "lens".into()];
     assert_eq!(claim(&g), Ok(()));
     let p = plan_of(&g.build());
-    let Step::Recurrent { lens, .. } = recurrent(&p) else {
-        unreachable!()
-    };
-    assert!(lens.is_none());
+    assert_eq!(loop_of(&p).scanned, 2);
+    assert!(body(&p).inputs.iter().all(|i| i.dtype != DataType::Bool));
 }
 
 #[test]
@@ -258,23 +333,23 @@ fn lstm_binds_every_input_and_output() {
         .collect();
     n.outputs.push("y_c".into());
     n.attr("input_forget", int(1));
+    assert!(spec_of(&g, RecurrentKind::Lstm).input_forget);
     let p = plan_of(&g.build());
-    let Step::Recurrent {
-        spec,
-        b,
-        lens,
-        h0,
-        c0,
-        p: peep,
-        outs,
-        ..
-    } = recurrent(&p)
-    else {
-        unreachable!()
-    };
-    assert!(spec.input_forget);
-    assert!(b.is_some() && lens.is_some() && h0.is_some() && c0.is_some() && peep.is_some());
-    assert!(outs.iter().all(Option::is_some));
+    only_generic_steps(&p);
+    let l = loop_of(&p);
+    // h and c; projection and mask; R^T and the three peepholes; h, c and Y.
+    assert_eq!((l.carried, l.scanned, l.args, l.outs), (2, 2, 4, 3));
     assert_eq!(p.outputs.len(), 3);
-    assert_eq!(recurrent(&p).inputs().len(), 8);
+    // input_forget: f = 1 - i, so the forget peephole is never read.
+    let b = body(&p);
+    let p_f = b.inputs.last().expect("p_f").slot;
+    assert!(b.steps.iter().all(|s| !s.inputs().contains(&p_f)));
+    // Every graph input is read by some step.
+    for input in &p.inputs {
+        assert!(
+            p.steps.iter().any(|s| s.inputs().contains(&input.slot)),
+            "{} unread",
+            input.name
+        );
+    }
 }

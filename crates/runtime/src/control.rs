@@ -1,16 +1,18 @@
-//! Steps that run sub-plans: a branch chosen on the host, and a body repeated with its carried
-//! values kept as device arrays. Generic over the sub-plans' contents.
+//! Steps that run sub-plans: a branch chosen on the host, a body repeated with its carried
+//! values kept as device arrays, and a body traced inline once per index of a scanned axis.
+//! Generic over the sub-plans' contents.
 
 use std::sync::Arc;
 
 use mlx::{Array, Stream, ops};
 use onnx_ir::TensorData;
+use plan::step::ScanAxis;
 use plan::{Slot, Step};
 
 use crate::compiled::SlotChoice;
 use crate::dtype::{to_mlx, to_onnx};
 use crate::interpreter::{Slots, read_ints};
-use crate::{Program, RuntimeError};
+use crate::{HostBinding, Program, RuntimeError};
 
 /// How many iterations a repeated body runs before its carried values are evaluated (so the
 /// lazy graph stays shallow when nothing else synchronises).
@@ -121,6 +123,7 @@ pub(crate) fn run(
             }
             Ok(())
         }
+        Step::Repeat { inline: true, .. } => inline_repeat(step, &subs[0], slots, s),
         Step::Repeat {
             counted,
             max_trips,
@@ -151,22 +154,7 @@ pub(crate) fn run(
                 .iter()
                 .map(|a| slots.get(*a).cloned())
                 .collect::<Result<Vec<_>, _>>()?;
-            // Scanned inputs with their resolved axis and length.
-            let mut sliced = Vec::with_capacity(scanned.len());
-            let mut length: Option<i64> = None;
-            for (x, how) in scanned.iter().zip(scan_in) {
-                let a = slots.get(*x)?.clone();
-                let axis = how.resolve(a.ndim()).map_err(err)?;
-                let len = i64::from(a.shape()[axis]);
-                if length.is_some_and(|l| l != len) {
-                    return Err(RuntimeError(format!(
-                        "scanned inputs differ in length along their axes ({} vs {len})",
-                        length.unwrap_or_default()
-                    )));
-                }
-                length = Some(len);
-                sliced.push((a, axis, how.reverse, len));
-            }
+            let (sliced, length) = scanned_inputs(slots, scanned, scan_in)?;
             let limit = match (limit, length) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
@@ -184,10 +172,9 @@ pub(crate) fn run(
                     inputs.push(Array::scalar(true)?);
                 }
                 inputs.extend(values.iter().cloned());
-                for (a, axis, reverse, len) in &sliced {
-                    let at = if *reverse { len - 1 - i } else { i };
-                    let index = Array::scalar(at as i32)?;
-                    inputs.push(ops::take_axis(a, &index, *axis as i32, s)?);
+                for x in &sliced {
+                    let index = Array::scalar(x.index(i, length.unwrap_or_default()) as i32)?;
+                    inputs.push(ops::take_axis(&x.array, &index, x.axis as i32, s)?);
                 }
                 inputs.extend(outer_args.iter().cloned());
                 let results = call(prog, inputs, s)?;
@@ -236,12 +223,7 @@ pub(crate) fn run(
                     let shape: Vec<i32> = shape.iter().map(|&d| d as i32).collect();
                     ops::zeros(&shape, to_mlx(outer.plan.dtype(out))?, s)?
                 } else {
-                    let axis = how.resolve(per_iter[0].ndim() + 1).map_err(err)?;
-                    let mut refs: Vec<&Array> = per_iter.iter().collect();
-                    if how.reverse {
-                        refs.reverse();
-                    }
-                    ops::stack(&refs, axis as i32, s)?
+                    stack(per_iter, how, s)?
                 };
                 slots.set(out, value);
             }
@@ -249,4 +231,179 @@ pub(crate) fn run(
         }
         _ => Err(err("not a step with sub-plans")),
     }
+}
+
+/// `a[.., i, ..]` along `axis`, that axis removed.
+fn slice_at(a: &Array, axis: usize, i: i64, s: &Stream) -> Result<Array, RuntimeError> {
+    let mut start = vec![0i32; a.ndim()];
+    let mut stop = a.shape();
+    start[axis] = i as i32;
+    stop[axis] = i as i32 + 1;
+    let y = ops::slice(a, &start, &stop, &vec![1; a.ndim()], s)?;
+    Ok(ops::squeeze_axes(&y, &[axis as i32], s)?)
+}
+
+/// Traces a body inline on `inputs` (inside the enclosing closure when `slots` belongs to
+/// one); a guarded body's status raises the enclosing step's flag.
+fn trace_inline(
+    prog: &Program,
+    inputs: Vec<Array>,
+    slots: &mut Slots,
+    s: &Stream,
+) -> Result<Vec<Array>, RuntimeError> {
+    let host = HostBinding::default();
+    let mut outs = prog.trace(inputs, &host, slots.in_closure.then(Vec::new), s)?;
+    if prog.has_status() {
+        let status = outs
+            .pop()
+            .ok_or_else(|| err("a guarded body lost its status"))?;
+        let ok = ops::equal(&status, &Array::scalar(-1i32)?, s)?;
+        slots.flags.require(&ok, s)?;
+    }
+    Ok(outs)
+}
+
+/// A scanned input with its resolved axis and direction.
+struct Scanned {
+    array: Array,
+    axis: usize,
+    reverse: bool,
+}
+
+impl Scanned {
+    /// The index iteration `i` of `len` reads.
+    fn index(&self, i: i64, len: i64) -> i64 {
+        if self.reverse { len - 1 - i } else { i }
+    }
+}
+
+/// The scanned inputs of a repeat with their axes, and their common length (`None`: none).
+fn scanned_inputs(
+    slots: &Slots,
+    scanned: &[Slot],
+    scan_in: &[ScanAxis],
+) -> Result<(Vec<Scanned>, Option<i64>), RuntimeError> {
+    let mut sliced = Vec::with_capacity(scanned.len());
+    let mut length: Option<i64> = None;
+    for (x, how) in scanned.iter().zip(scan_in) {
+        let array = slots.get(*x)?.clone();
+        let axis = how.resolve(array.ndim()).map_err(err)?;
+        let len = i64::from(array.shape()[axis]);
+        if length.is_some_and(|l| l != len) {
+            return Err(RuntimeError(format!(
+                "scanned inputs differ in length along their axes ({} vs {len})",
+                length.unwrap_or_default()
+            )));
+        }
+        length = Some(len);
+        let reverse = how.reverse;
+        sliced.push(Scanned {
+            array,
+            axis,
+            reverse,
+        });
+    }
+    Ok((sliced, length))
+}
+
+/// One output per iteration stacked along its axis (the last iteration first when `reverse`).
+fn stack(per_iter: Vec<Array>, how: &ScanAxis, s: &Stream) -> Result<Array, RuntimeError> {
+    let first = per_iter
+        .first()
+        .ok_or_else(|| err("no iteration to stack"))?;
+    let axis = how.resolve(first.ndim() + 1).map_err(err)?;
+    let mut refs: Vec<&Array> = per_iter.iter().collect();
+    if how.reverse {
+        refs.reverse();
+    }
+    Ok(ops::stack(&refs, axis as i32, s)?)
+}
+
+/// Runs an inline [`Step::Repeat`]: its body traced into the enclosing program once per index
+/// of the scanned axis.
+fn inline_repeat(
+    step: &Step,
+    prog: &Program,
+    slots: &mut Slots,
+    s: &Stream,
+) -> Result<(), RuntimeError> {
+    let Step::Repeat {
+        counted: false,
+        max_trips: None,
+        cond: None,
+        carried,
+        scanned,
+        scan_in,
+        args,
+        scan_out,
+        outs,
+        ..
+    } = step
+    else {
+        return Err(err(
+            "an inline repeat is counted or has a trip count or condition",
+        ));
+    };
+    if !prog.plan.host.is_empty() || !prog.host_read_slots.is_empty() {
+        return Err(err("an inline repeat's body reads values on the host"));
+    }
+    let get = |slots: &Slots, v: &[Slot]| {
+        v.iter()
+            .map(|a| slots.get(*a).cloned())
+            .collect::<Result<Vec<_>, _>>()
+    };
+    let mut values = get(slots, carried)?;
+    let outer_args = get(slots, args)?;
+    let (sliced, length) = scanned_inputs(slots, scanned, scan_in)?;
+    let length = length.ok_or_else(|| err("an inline repeat has no scanned input"))?;
+    let n = values.len();
+    let mut stacked: Vec<Vec<Array>> = vec![Vec::with_capacity(length as usize); scan_out.len()];
+    for i in 0..length {
+        let mut inputs = std::mem::take(&mut values);
+        for x in &sliced {
+            inputs.push(slice_at(&x.array, x.axis, x.index(i, length), s)?);
+        }
+        inputs.extend(outer_args.iter().cloned());
+        let mut results = trace_inline(prog, inputs, slots, s)?;
+        if results.len() != n + scan_out.len() {
+            return Err(err("the body gave the wrong number of outputs"));
+        }
+        for (k, v) in results.drain(n..).enumerate() {
+            stacked[k].push(v);
+        }
+        values = results;
+    }
+    let mut joined = Vec::with_capacity(scan_out.len());
+    if length == 0 {
+        // The shapes one iteration's outputs would have: the body traced, never evaluated.
+        let mut inputs = values.clone();
+        for x in &sliced {
+            let mut shape = x.array.shape();
+            shape.remove(x.axis);
+            inputs.push(ops::zeros(&shape, x.array.dtype(), s)?);
+        }
+        inputs.extend(outer_args.iter().cloned());
+        let host = HostBinding::default();
+        let results = prog.trace(inputs, &host, slots.in_closure.then(Vec::new), s)?;
+        for (k, how) in scan_out.iter().enumerate() {
+            let one = results
+                .get(n + k)
+                .ok_or_else(|| err("the body gave too few outputs"))?;
+            let mut shape = one.shape();
+            let axis = how.resolve(shape.len() + 1).map_err(err)?;
+            shape.insert(axis, 0);
+            joined.push(ops::zeros(&shape, one.dtype(), s)?);
+        }
+    } else {
+        for (per_iter, how) in stacked.into_iter().zip(scan_out) {
+            joined.push(stack(per_iter, how, s)?);
+        }
+    }
+    if outs.len() != n + joined.len() {
+        return Err(err("an inline repeat has the wrong number of outputs"));
+    }
+    for (o, v) in outs.iter().zip(values.into_iter().chain(joined)) {
+        slots.set(*o, v);
+    }
+    Ok(())
 }

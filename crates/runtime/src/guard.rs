@@ -129,6 +129,9 @@ pub(crate) fn may_flag(plan: &Plan, step: &Step) -> bool {
         | Step::Gather { .. }
         | Step::Scatter { .. }
         | Step::Require { .. } => true,
+        Step::Repeat {
+            inline: true, body, ..
+        } => body.plan.steps.iter().any(|s| may_flag(&body.plan, s)),
         Step::Binary { op, out, .. } => {
             matches!(
                 op,
@@ -145,6 +148,7 @@ pub(crate) fn flag_meaning(step: &Step) -> &str {
         Step::Binary { .. } => "integer division by zero",
         Step::Scatter { .. } => "an index is out of range for the updated tensor",
         Step::Require { what, .. } => what,
+        Step::Repeat { .. } => "a check of a repeated body failed",
         _ => "an index is out of range for the indexed tensor",
     }
 }

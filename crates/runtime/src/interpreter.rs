@@ -8,7 +8,6 @@ use crate::RuntimeError;
 use crate::dtype::to_mlx;
 
 mod extra;
-mod recurrent;
 
 /// The arrays bound to a plan's slots during one run.
 pub(crate) struct Slots {
@@ -852,37 +851,6 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
                 plan::step::FftOp::Irfft => ops::irfft(xa, n, axis, s),
             }
             .map_err(err)?
-        }
-        Recurrent {
-            spec,
-            x,
-            w,
-            r,
-            b,
-            lens,
-            h0,
-            c0,
-            p,
-            outs,
-        } => {
-            let opt = |o: &Option<Slot>| o.map(|o| slots.get(o)).transpose();
-            let inputs = recurrent::Inputs {
-                x: slots.get(*x)?,
-                w: slots.get(*w)?,
-                r: slots.get(*r)?,
-                b: opt(b)?,
-                lens: opt(lens)?,
-                h0: opt(h0)?,
-                c0: opt(c0)?,
-                p: opt(p)?,
-            };
-            let (y, yh, yc) = recurrent::run(spec, &inputs, outs[0].is_some(), s)?;
-            for (o, v) in outs.iter().zip([y, Some(yh), Some(yc)]) {
-                if let (Some(o), Some(v)) = (o, v) {
-                    slots.set(*o, v);
-                }
-            }
-            return Ok(());
         }
         Det { x, .. } => {
             // MLX's linear algebra runs on the CPU stream only.

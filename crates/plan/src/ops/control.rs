@@ -563,6 +563,7 @@ fn lower_loop(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
         .collect();
     ctx.push(Step::Repeat {
         body,
+        inline: false,
         counted: true,
         max_trips,
         cond,
@@ -753,6 +754,7 @@ fn lower_scan(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     let scanned = inputs.split_off(a.states);
     ctx.push(Step::Repeat {
         body,
+        inline: false,
         counted: false,
         max_trips: None,
         cond: None,
@@ -880,6 +882,7 @@ fn lower_scan8(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
         constants: Vec::new(),
         steps: vec![Step::Repeat {
             body: time_body,
+            inline: false,
             counted: false,
             max_trips: None,
             cond: None,
@@ -926,6 +929,7 @@ fn lower_scan8(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
             plan: Box::new(batch_plan),
             formal_inputs: n_values,
         },
+        inline: false,
         counted: false,
         max_trips: None,
         cond: None,

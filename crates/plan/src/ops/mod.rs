@@ -250,11 +250,16 @@ impl LowerCtx<'_> {
 
     /// `0..like.shape[axis]` as int64 (`like` is read for its shape only).
     pub(crate) fn iota(&mut self, like: Slot, axis: i32) -> Slot {
-        let out = self.temp(DataType::Int64);
+        self.iota_as(like, axis, DataType::Int64)
+    }
+
+    /// `0..like.shape[axis]` as `dtype` (`like` is read for its shape only).
+    pub(crate) fn iota_as(&mut self, like: Slot, axis: i32, dtype: DataType) -> Slot {
+        let out = self.temp(dtype);
         self.push(Step::Iota {
             like,
             axis,
-            dtype: DataType::Int64,
+            dtype,
             out,
         });
         out

@@ -1,20 +1,27 @@
 //! Recurrent layers: RNN, GRU and LSTM (ONNX layout 0, `[seq_length, batch, input]`; layout 1,
-//! batch-major, is transposed to layout 0 around the same step).
+//! batch-major, is transposed to layout 0 around the same steps).
 //!
-//! One [`Step::Recurrent`] per node: the runtime runs the time loop over the sequence length it
-//! finds in X, so the length may be symbolic. The layer computes in float32 (half inputs are
-//! widened and the outputs narrowed back). `sequence_lens` masks the steps: a masked step keeps
-//! the previous state and writes zeros to `Y`, which gives ORT's CPU results for both
-//! directions (a reverse pass starts at each sequence's own last step because the padded steps
-//! before it leave the initial state untouched). As in ORT, an empty sequence (length 0) ends
-//! with zero states.
+//! Lowered to generic steps, in float32 (half inputs are widened and the outputs narrowed
+//! back): per direction, the input projection `X W^T` plus the biases that add outside the
+//! recurrence, once for all time steps; then one inline [`Step::Repeat`] over the time axis
+//! whose body (built in `cell`) is one time step of every direction, its state carried and
+//! its hidden state stacked into `Y`. The loop's count is X's run-time dim 0, so the length
+//! may be symbolic. `sequence_lens` masks the steps: a masked step keeps the previous state
+//! and writes zeros to `Y`, which gives ORT's CPU results for both directions (a reverse pass
+//! starts at each sequence's own last step because the padded steps before it leave the
+//! initial state untouched). As in ORT, an empty sequence (length 0) ends with zero states.
 
-use onnx_ir::{DataType, Node};
+use onnx_ir::{DataType, Node, TensorData};
 
 use super::*;
 use crate::decline;
 use crate::registry::ClaimCtx;
-use crate::step::{Activation as Act, RecurrentKind as Kind, RecurrentSpec as Spec};
+use crate::step::{ReshapeTarget, ScanAxis, ShapeSource};
+
+mod cell;
+mod spec;
+
+pub use spec::{Activation as Act, RecurrentKind as Kind, RecurrentSpec as Spec};
 
 /// Registers the family.
 #[rustfmt::skip]
@@ -39,7 +46,7 @@ fn act_usage(name: &str) -> Option<(bool, bool, f32, f32)> {
 }
 
 /// Reads and validates the attributes (the rules of ORT's CPU kernels).
-fn parse(node: &Node, kind: Kind) -> Result<Spec, String> {
+pub fn parse(node: &Node, kind: Kind) -> Result<Spec, String> {
     let op = &node.op_type;
     let direction = attr_str(node, "direction")?.unwrap_or_else(|| "forward".into());
     let reverse = match direction.as_str() {
@@ -279,10 +286,106 @@ fn swap01(ctx: &mut LowerCtx, x: Slot) -> Slot {
     out
 }
 
+/// `x` reshaped by `target` into a new float32 temporary.
+fn reshape(ctx: &mut LowerCtx, x: Slot, target: ReshapeTarget) -> Slot {
+    let out = ctx.temp(F);
+    ctx.push(Step::Reshape { x, target, out });
+    out
+}
+
+/// `x` with size-1 axes inserted at `axes`.
+fn unsqueeze(ctx: &mut LowerCtx, x: Slot, axes: &[i64], dtype: DataType) -> Slot {
+    let out = ctx.temp(dtype);
+    ctx.push(Step::Reshape {
+        x,
+        target: ReshapeTarget::Unsqueeze {
+            axes: ShapeSource::Static(axes.to_vec()),
+        },
+        out,
+    });
+    out
+}
+
+/// `x` split along `axis` into parts of `sizes` (`None`: `n` equal parts).
+fn split(ctx: &mut LowerCtx, x: Slot, axis: i32, sizes: Option<Vec<i64>>, n: usize) -> Vec<Slot> {
+    let outs: Vec<Slot> = (0..n).map(|_| ctx.temp(F)).collect();
+    ctx.push(Step::Split {
+        x,
+        axis,
+        sizes: sizes.map(ShapeSource::Static),
+        outs: outs.clone(),
+    });
+    outs
+}
+
+/// The `dirs` entries of a value with a leading direction axis, that axis removed.
+fn per_direction(ctx: &mut LowerCtx, x: Slot, dirs: usize) -> Vec<Slot> {
+    let squeeze = || ReshapeTarget::Squeeze {
+        axes: Some(ShapeSource::Static(vec![0])),
+    };
+    if dirs == 1 {
+        return vec![reshape(ctx, x, squeeze())];
+    }
+    split(ctx, x, 0, None, dirs)
+        .into_iter()
+        .map(|p| reshape(ctx, p, squeeze()))
+        .collect()
+}
+
+/// The 2-D transpose of `x`.
+fn transpose2(ctx: &mut LowerCtx, x: Slot) -> Slot {
+    let out = ctx.temp(F);
+    ctx.push(Step::Transpose {
+        x,
+        perm: Some(vec![1, 0]),
+        out,
+    });
+    out
+}
+
+/// `x` joined along `axis` (itself when alone).
+fn concat(ctx: &mut LowerCtx, inputs: Vec<Slot>, axis: i32) -> Slot {
+    if inputs.len() == 1 {
+        return inputs[0];
+    }
+    let out = ctx.temp(F);
+    ctx.push(Step::Concat { inputs, axis, out });
+    out
+}
+
+/// `cond ? x : y` into a new float32 temporary.
+fn select(ctx: &mut LowerCtx, cond: Slot, x: Slot, y: Slot) -> Slot {
+    let out = ctx.temp(F);
+    ctx.push(Step::Where { cond, x, y, out });
+    out
+}
+
+/// The per-direction values one time step reads besides the state: `R[d]^T` (GRU: its z|r
+/// columns; `rt_h` the h columns and `rb_h` the bias added inside the reset gate's product),
+/// and the LSTM peepholes i, o, f.
+pub(crate) struct DirArgs {
+    rt: Slot,
+    rt_h: Option<Slot>,
+    rb_h: Option<Slot>,
+    peep: Option<[Slot; 3]>,
+}
+
+impl DirArgs {
+    fn slots(&self) -> Vec<Slot> {
+        let mut v = vec![self.rt];
+        v.extend(self.rt_h);
+        v.extend(self.rb_h);
+        v.extend(self.peep.iter().flatten());
+        v
+    }
+}
+
 fn lower(ctx: &mut LowerCtx, node: &Node, kind: Kind) -> Result<(), PlanError> {
     let spec = parse(node, kind).or_invalid(node)?;
     let batch_major = batch_major(node).or_invalid(node)?;
     let dt = ctx.input_dtype(node, 0)?;
+    let dirs = spec.reverse.len();
+    let hs = spec.hidden;
     // Batch-major X and initial states become sequence-major (layout 0) first.
     let to_layout0 = |ctx: &mut LowerCtx, s: Option<Slot>| {
         s.map(|s| if batch_major { swap01(ctx, s) } else { s })
@@ -307,25 +410,192 @@ fn lower(ctx: &mut LowerCtx, node: &Node, kind: Kind) -> Result<(), PlanError> {
             .is_some_and(|v| v.iter().all(|&l| l == t))
     });
     let lens = if full { None } else { ctx.opt_input(node, 4)? };
-    let mut outs = [None; 3];
-    for (i, o) in outs.iter_mut().enumerate().take(kind.outputs()) {
-        if node.output(i).is_some() {
-            *o = Some(ctx.temp(F));
+
+    // Per direction: X W^T + the biases outside the recurrence [T, B, G*H], and the values a
+    // time step reads.
+    let ws = per_direction(ctx, w, dirs);
+    let rs = per_direction(ctx, r, dirs);
+    let bs = b.map(|b| per_direction(ctx, b, dirs));
+    let ps = p.map(|p| per_direction(ctx, p, dirs));
+    let mut xws = Vec::with_capacity(dirs);
+    let mut dir_args = Vec::with_capacity(dirs);
+    for d in 0..dirs {
+        let wt = transpose2(ctx, ws[d]);
+        let mut xw = ctx.temp(F);
+        ctx.push(Step::MatMul {
+            a: x,
+            b: wt,
+            out: xw,
+        });
+        let mut rb_h = None;
+        if let Some(bs) = &bs {
+            let wr = split(ctx, bs[d], 0, None, 2);
+            let bias = if kind == Kind::Gru {
+                // Rb_h adds inside the reset gate's product; the others add up front.
+                let zr_h = Some(vec![2 * hs, hs]);
+                let wb = split(ctx, wr[0], 0, zr_h.clone(), 2);
+                let rb = split(ctx, wr[1], 0, zr_h, 2);
+                rb_h = Some(rb[1]);
+                let zr = ctx.binary(BinaryOp::Add, wb[0], rb[0], F);
+                concat(ctx, vec![zr, wb[1]], 0)
+            } else {
+                ctx.binary(BinaryOp::Add, wr[0], wr[1], F)
+            };
+            xw = ctx.binary(BinaryOp::Add, xw, bias, F);
+        }
+        xws.push(xw);
+        let rt = transpose2(ctx, rs[d]);
+        let (rt, rt_h) = if kind == Kind::Gru {
+            let parts = split(ctx, rt, 1, Some(vec![2 * hs, hs]), 2);
+            (parts[0], Some(parts[1]))
+        } else {
+            (rt, None)
+        };
+        let peep = ps.as_ref().map(|ps| {
+            let v = split(ctx, ps[d], 0, None, 3);
+            [v[0], v[1], v[2]]
+        });
+        dir_args.push(DirArgs {
+            rt,
+            rt_h,
+            rb_h,
+            peep,
+        });
+    }
+
+    // The [T, B, 1] mask `t < lens[b]`.
+    let mask = match lens {
+        Some(lens) => {
+            let steps = ctx.iota_as(x, 0, DataType::Int32);
+            let steps = unsqueeze(ctx, steps, &[1], DataType::Int32);
+            let m = ctx.binary(BinaryOp::Less, steps, lens, DataType::Bool);
+            Some(unsqueeze(ctx, m, &[2], DataType::Bool))
+        }
+        None => None,
+    };
+    // Zero states [B, H] where no initial state is given: `iota(B) * 0`, finite whatever X
+    // holds.
+    let needs_zeros = h0.is_none() || (kind == Kind::Lstm && c0.is_none());
+    let zeros = if needs_zeros {
+        let batch = ctx.iota_as(x, 1, F);
+        let batch = unsqueeze(ctx, batch, &[1], F);
+        let row = TensorData::new(F, vec![hs], vec![0; 4 * hs as usize]).or_invalid(node)?;
+        let row = ctx.constant(row);
+        Some(ctx.binary(BinaryOp::Multiply, batch, row, F))
+    } else {
+        None
+    };
+    let h0s = match h0 {
+        Some(h0) => per_direction(ctx, h0, dirs),
+        None => vec![zeros.expect("zeros"); dirs],
+    };
+    let c0s = match (kind, c0) {
+        (Kind::Lstm, Some(c0)) => per_direction(ctx, c0, dirs),
+        (Kind::Lstm, None) => vec![zeros.expect("zeros"); dirs],
+        _ => Vec::new(),
+    };
+
+    // The time loop: carried h (and c) per direction, the projections (and mask) scanned in
+    // each direction's order, Y's time steps stacked in time order.
+    let want_y = node.output(0).is_some();
+    let body = cell::body(ctx, node, &spec, &dir_args[0], mask.is_some(), want_y)?;
+    let mut states = Vec::new();
+    let mut seqs = Vec::new();
+    let mut seq_axes = Vec::new();
+    let mut per_step = Vec::new();
+    for d in 0..dirs {
+        states.push(h0s[d]);
+        states.extend(c0s.get(d));
+        let how = ScanAxis {
+            axis: 0,
+            reverse: spec.reverse[d],
+        };
+        seqs.push(xws[d]);
+        seq_axes.push(how);
+        if let Some(m) = mask {
+            seqs.push(m);
+            seq_axes.push(how);
+        }
+        per_step.extend(dir_args[d].slots());
+    }
+    let per_dir = if kind == Kind::Lstm { 2 } else { 1 };
+    let n_out = states.len() + if want_y { dirs } else { 0 };
+    let outs: Vec<Slot> = (0..n_out).map(|_| ctx.temp(F)).collect();
+    let y_axes = if want_y {
+        spec.reverse
+            .iter()
+            .map(|&reverse| ScanAxis { axis: 0, reverse })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    ctx.push(Step::Repeat {
+        body,
+        inline: true,
+        counted: false,
+        max_trips: None,
+        cond: None,
+        carried: states,
+        scanned: seqs,
+        scan_in: seq_axes,
+        args: per_step,
+        scan_out: y_axes,
+        empty_shapes: Vec::new(),
+        outs: outs.clone(),
+    });
+
+    // ORT zeroes the final states of an empty sequence (where the scan leaves the initial
+    // states): `0 < lens[b]`, or without lens `0 < seq_length`, tells a non-empty one.
+    let nonempty = if h0.is_some() || c0.is_some() {
+        Some(match lens {
+            Some(lens) => {
+                let zero = ctx.scalar(DataType::Int32, 0.0)?;
+                let ne = ctx.binary(BinaryOp::Less, zero, lens, DataType::Bool);
+                unsqueeze(ctx, ne, &[1], DataType::Bool)
+            }
+            None => {
+                let t = ctx.dim_1d(x, 0);
+                let zero = ctx.scalar(DataType::Int64, 0.0)?;
+                ctx.binary(BinaryOp::Less, zero, t, DataType::Bool)
+            }
+        })
+    } else {
+        None
+    };
+    let mut yh = Vec::with_capacity(dirs);
+    let mut yc = Vec::with_capacity(dirs);
+    for d in 0..dirs {
+        let mut h = outs[d * per_dir];
+        if let (Some(ne), Some(_)) = (nonempty, h0) {
+            let zero = ctx.scalar(F, 0.0)?;
+            h = select(ctx, ne, h, zero);
+        }
+        yh.push(unsqueeze(ctx, h, &[0], F));
+        if kind == Kind::Lstm {
+            let mut c = outs[d * per_dir + 1];
+            if let (Some(ne), Some(_)) = (nonempty, c0) {
+                let zero = ctx.scalar(F, 0.0)?;
+                c = select(ctx, ne, c, zero);
+            }
+            yc.push(unsqueeze(ctx, c, &[0], F));
         }
     }
-    ctx.push(Step::Recurrent {
-        spec,
-        x,
-        w,
-        r,
-        b,
-        lens,
-        h0,
-        c0,
-        p,
-        outs,
-    });
-    for (i, o) in outs.iter().enumerate() {
+    let stacked = &outs[dirs * per_dir..];
+    let mut results = [None; 3];
+    if want_y {
+        let ys = stacked
+            .iter()
+            .map(|&y| unsqueeze(ctx, y, &[1], F))
+            .collect();
+        results[0] = Some(concat(ctx, ys, 1));
+    }
+    if node.output(1).is_some() {
+        results[1] = Some(concat(ctx, yh, 0));
+    }
+    if kind == Kind::Lstm && node.output(2).is_some() {
+        results[2] = Some(concat(ctx, yc, 0));
+    }
+    for (i, o) in results.iter().enumerate() {
         if let Some(mut o) = *o {
             if batch_major {
                 // Y [seq, dirs, batch, hidden] -> [batch, seq, dirs, hidden]; Y_h / Y_c

@@ -86,4 +86,14 @@ impl Step {
             _ => Vec::new(),
         }
     }
+
+    /// True for a step whose sub-plans the runtime chooses or repeats on the host (never
+    /// inside a compiled closure); false for an inline [`Step::Repeat`], which traces its body
+    /// into the enclosing program, and for steps without sub-plans.
+    pub fn runs_sub_plans_on_host(&self) -> bool {
+        matches!(
+            self,
+            Step::Branch { .. } | Step::Repeat { inline: false, .. }
+        )
+    }
 }

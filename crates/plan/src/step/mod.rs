@@ -28,7 +28,6 @@ mod gather_scatter;
 mod host_compute;
 mod operands;
 mod random;
-mod recurrent;
 mod resize;
 mod resize_interp;
 mod roi_align;
@@ -51,7 +50,6 @@ pub use gather_scatter::{
 };
 pub use host_compute::{HostValue, UniqueResult, WindowKind, cosine_window, unique};
 pub use random::{RandomDist, random_base, random_draw_seed};
-pub use recurrent::{Activation, RecurrentKind, RecurrentSpec};
 pub use resize_interp::{
     AspectPolicy, InterpArgs, InterpAxis, InterpCoordinates, InterpMode, InterpSpec,
     antialias_taps, cubic_coeffs, interpolated_axes, interpolated_axes_for, resize_output,

@@ -623,38 +623,6 @@ define_steps! {
             /// One slot per kernel output, in order.
             write outputs: Vec<Slot>,
         } shapeless: false,
-        /// ONNX RNN / GRU / LSTM (layout 0) over float32 arrays, the time loop run by the runtime
-        /// over `x`'s dim 0 (known only at run time). Per direction `d`: `mlx_matmul(x, W[d]^T)`
-        /// plus the biases outside the recurrence once for all steps; then per step `mlx_slice` of
-        /// that projection, `mlx_matmul` of the state by `R[d]^T` (the slices of it), `mlx_add`
-        /// / `mlx_multiply` / `mlx_subtract`, clip as `mlx_maximum` / `mlx_minimum`, the
-        /// activations of `spec` (ORT's formulas), and with `lens` an `mlx_where` by the mask
-        /// `t < lens[b]` that keeps the previous state and writes zeros to Y. Y is `mlx_stack`ed
-        /// over time and `mlx_concatenate`d over directions; an empty sequence (`lens[b] = 0`, or
-        /// a zero-length `x`) ends with zero states. Outputs: Y `[T, D, B, H]`, Y_h `[D, B, H]`,
-        /// Y_c `[D, B, H]`.
-        Recurrent {
-            /// The layer's static attributes.
-            attr spec: RecurrentSpec,
-            /// X `[T, B, I]`.
-            read x: Slot,
-            /// W `[D, G*H, I]`.
-            read w: Slot,
-            /// R `[D, G*H, H]`.
-            read r: Slot,
-            /// B `[D, 2*G*H]`.
-            read b: Option<Slot>,
-            /// sequence_lens (int32 `[B]`).
-            read lens: Option<Slot>,
-            /// initial_h `[D, B, H]`.
-            read h0: Option<Slot>,
-            /// initial_c `[D, B, H]` (LSTM).
-            read c0: Option<Slot>,
-            /// Peepholes `[D, 3*H]` (LSTM, order i, o, f).
-            read p: Option<Slot>,
-            /// Y, Y_h, Y_c (each when wanted).
-            write outs: [Option<Slot>; 3],
-        } shapeless: false,
         /// A random draw with the key `mlx_random_key(random_draw_seed(base, run))`, `run`
         /// counting this step's runs in its program (`base` from [`random_base`]): `Normal`
         /// `mlx_random_normal(shape, float32, mean, scale)`, `Uniform`
@@ -734,9 +702,22 @@ define_steps! {
         /// The iteration count is the smallest of: `max_trips`' host value (when set), the
         /// length of the scanned inputs along their axes (when any), and the first iteration
         /// whose continue flag (`cond` before the first, the body's afterwards) is false.
+        ///
+        /// With `inline` (not `counted`, no `max_trips` or `cond`, at least one scanned input,
+        /// a body with no host program that reads nothing on the host), the count is the
+        /// scanned inputs' length, known from the shapes: the body's steps are traced into the
+        /// enclosing program once per iteration (eagerly, or into the enclosing compiled
+        /// closure, so the plan stays compilable), each slice is `mlx_slice` then
+        /// `mlx_squeeze_axes`, and with no iteration a stacked output is `mlx_zeros` of the
+        /// shape one iteration's output would have (the body traced once on zero slices, never
+        /// evaluated) with 0 on the axis, `empty_shapes` unused. Otherwise the runtime runs the
+        /// body as a sub-program (through its own compiled closures), never inside a compiled
+        /// closure.
         Repeat {
             /// The body.
             attr body: SubPlan,
+            /// The body is traced inline (see above).
+            attr inline: bool,
             /// The body takes the iteration number and continue flag, and returns the flag.
             attr counted: bool,
             /// The largest iteration count (an integer scalar), read on the host.

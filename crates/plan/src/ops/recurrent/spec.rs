@@ -1,5 +1,5 @@
-//! The static description of a recurrent layer ([`super::Step::Recurrent`]): ONNX RNN / GRU /
-//! LSTM with attributes resolved by the rules of ORT's CPU kernels.
+//! The static description of a recurrent layer: ONNX RNN / GRU / LSTM with attributes resolved
+//! by the rules of ORT's CPU kernels.
 
 use std::fmt;
 
@@ -89,7 +89,7 @@ impl Activation {
     }
 }
 
-/// Static attributes of one recurrent node (ONNX layout 0), computed in float32.
+/// Static attributes of one recurrent node, computed in float32.
 #[derive(Clone, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct RecurrentSpec {
