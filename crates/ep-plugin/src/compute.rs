@@ -361,9 +361,6 @@ impl ComputeInfo {
                 } else {
                     // SAFETY: `size` bytes at `dst` (checked), source has the same length.
                     unsafe { ptr::copy_nonoverlapping(bytes.as_ptr(), dst as *mut u8, size) };
-                    // MLX recycles the buffer once the output is dropped: its pages back on
-                    // the GPU (a no-op off CUDA)
-                    runtime::cuda_residency::to_gpu(bytes);
                     io.copied_output_bytes += size as u64;
                     if self.cache_outputs.get(k).copied().unwrap_or(false) {
                         io.kv_copied_bytes += size as u64;

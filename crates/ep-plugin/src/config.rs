@@ -59,7 +59,6 @@ impl Config {
             disable_initializer_sharing: initializer_pool::disable_flag_set(
                 text(initializer_pool::DISABLE_SHARING_ENV).as_deref(),
             ),
-            disable_cuda_prefetch: flag(text("ORTMLX_DISABLE_CUDA_PREFETCH").as_deref()),
         };
         Config {
             log: text("ORTMLX_LOG"),

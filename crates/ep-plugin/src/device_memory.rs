@@ -341,14 +341,6 @@ unsafe extern "system" fn copy_tensors(
             // every MLX computation is evaluated before its run returns). `copy` allows overlap.
             // SAFETY: `n` bytes at each address, checked above.
             unsafe { ptr::copy(from as *const u8, to as *mut u8, n) };
-            // the host touched MLX memory on either side: its pages back on the GPU (a no-op
-            // off CUDA and on memory that is not MLX's)
-            for side in [from as *const u8, to as *const u8] {
-                if runtime::device_memory::contains(side, n) {
-                    // SAFETY: `n` bytes of a live block (checked).
-                    runtime::cuda_residency::to_gpu(unsafe { std::slice::from_raw_parts(side, n) });
-                }
-            }
             total += n;
         }
         TRANSFERRED_BYTES.fetch_add(total as u64, Ordering::Relaxed);

@@ -114,14 +114,6 @@ pub const ENV_VARS: &[EnvVar] = &[
                   to the next (see \"LLM decoding\")",
     },
     EnvVar {
-        name: "ORTMLX_DISABLE_CUDA_PREFETCH",
-        scope: EnvScope::Library,
-        read_by: "ortmlx-ep config (ortmlx-runtime acts on it)",
-        meaning: "`1`: on NVIDIA GPUs, don't hand CUDA managed memory that the host wrote or \
-                  read (a run's inputs, outputs copied out) back to the GPU ahead of the \
-                  kernels that use it next",
-    },
-    EnvVar {
         name: "ORTMLX_DEVICE_MEMORY",
         scope: EnvScope::Library,
         read_by: "ortmlx-ep",

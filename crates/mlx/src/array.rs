@@ -188,15 +188,6 @@ impl Array {
         check(unsafe { sys::mlx_array_eval(self.raw) })
     }
 
-    /// True when the array is evaluated and its computation has finished (its bytes can be
-    /// read without waiting).
-    pub fn is_available(&self) -> Result<bool> {
-        let mut r = false;
-        // SAFETY: valid handle and out pointer.
-        check(unsafe { sys::_mlx_array_is_available(&mut r, self.raw) })?;
-        Ok(r)
-    }
-
     /// True when the (evaluated) array's elements are laid out row-major without gaps.
     pub fn is_row_contiguous(&self) -> Result<bool> {
         let mut r = false;

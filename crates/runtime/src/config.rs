@@ -40,17 +40,6 @@ pub struct RuntimeConfig {
     /// Identical initializers are not shared across sessions
     /// (`ORTMLX_DISABLE_INITIALIZER_SHARING`).
     pub disable_initializer_sharing: bool,
-    /// No prefetching of host-touched CUDA managed memory back to the GPU
-    /// (`ORTMLX_DISABLE_CUDA_PREFETCH`).
-    pub disable_cuda_prefetch: bool,
-}
-
-impl RuntimeConfig {
-    /// Whether GPU runs hand host-touched managed memory back to the GPU (see
-    /// [`crate::cuda_residency`]).
-    pub fn cuda_prefetch(&self) -> bool {
-        !self.disable_cuda_prefetch
-    }
 }
 
 static CONFIG: OnceLock<RuntimeConfig> = OnceLock::new();

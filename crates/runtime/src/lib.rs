@@ -9,7 +9,6 @@ mod compiled;
 mod config;
 mod contrib;
 mod control;
-pub mod cuda_residency;
 mod decode;
 pub mod device_memory;
 mod dtype;
@@ -746,37 +745,15 @@ impl Executable {
             None => vec![None; inputs.len()],
         };
         let mut arrays = Vec::with_capacity(inputs.len());
-        let on_gpu = self.device == DeviceKind::Gpu;
-        if on_gpu {
-            cuda_residency::note_gpu_run();
-        }
         for (tensor, bound) in inputs.iter().zip(bound) {
             arrays.push(match bound {
-                Some(a) => {
-                    // kept from the previous run: managed memory the host may have read since
-                    if on_gpu {
-                        cuda_residency::managed_array_to_gpu(&a);
-                    }
-                    a
-                }
+                Some(a) => a,
                 None => {
                     let shape = dims_i32(tensor.dims)?;
                     // an input in the EP's device memory is a view of its block (no copy)
                     match device_memory::bind_input(tensor, &shape, lane.stream(self.device))? {
-                        Some(a) => {
-                            if on_gpu {
-                                // the block's pages, where ORT's data transfer left them
-                                cuda_residency::to_gpu(tensor.data);
-                            }
-                            a
-                        }
-                        None => {
-                            let a = packed::array_from_bytes(tensor.data, &shape, tensor.dtype)?;
-                            if on_gpu {
-                                cuda_residency::managed_array_to_gpu(&a);
-                            }
-                            a
-                        }
+                        Some(a) => a,
+                        None => packed::array_from_bytes(tensor.data, &shape, tensor.dtype)?,
                     }
                 }
             });
