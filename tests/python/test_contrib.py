@@ -527,6 +527,8 @@ FUSED_ACTIVATIONS = [
 @pytest.mark.parametrize("activation,params", FUSED_ACTIVATIONS, ids=lambda v: str(v))
 @pytest.mark.parametrize("form", ["plain", "bias", "bias+z", "z", "grouped_strided", "same_upper"])
 def test_fused_conv(activation, params, form):
+    if form == "bias+z" and ort.__version__ == "1.23.0":
+        pytest.skip("ORT 1.23.0's CPU EP fails this reference run itself (NCHWc Conv with a sum input)")
     x = randn(2, 4, 7, 6, seed=1)
     groups = 2 if form == "grouped_strided" else 1
     w = randn(6, 4 // groups, 3, 3, seed=2, scale=0.3)

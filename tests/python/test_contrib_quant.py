@@ -13,6 +13,9 @@ import onnxruntime as ort
 from conftest import assert_on_cpu, check_against_cpu, make_session, run
 
 ORT_VERSION = tuple(int(p) for p in ort.__version__.split(".")[:2])
+#: QLinearSoftmax, QLinearAdd and QLinearMul reproduce the CPU kernels of ORT 1.31 and newer;
+#: on an older ORT the EP leaves them on the CPU EP (its results differ from newer releases).
+FORMULAS_MATCH_HOST = ORT_VERSION >= (1, 31)
 
 MS = "com.microsoft"
 NP = {T.INT8: np.int8, T.UINT8: np.uint8, T.INT16: np.int16, T.UINT16: np.uint16, T.INT32: np.int32}
@@ -188,6 +191,11 @@ def test_qlinear_softmax(qt, opset, axis, scales):
     x[0, 0, :] = info.max  # a row of equal maxima
     x[1, 1, :3] = info.min
     m = softmax_model(qt, shape, opset, axis, xs, ys, yz, x_zp=int(info.min) // 2)
+    if not FORMULAS_MATCH_HOST:
+        s = make_session(m, mlx=True)
+        run(s, {"x": x})
+        assert_on_cpu(s, ["QLinearSoftmax"])
+        return
     check_against_cpu(m, {"x": x}, rtol=0, atol=0, all_on_mlx=True)
 
 
@@ -336,6 +344,12 @@ def test_qgemm_runtime_b_and_scales():
     ins = [helper.make_tensor_value_info("a", T.UINT8, [4, 9]), helper.make_tensor_value_info("as", T.FLOAT, []), helper.make_tensor_value_info("b", T.UINT8, [9, 3]), helper.make_tensor_value_info("bs", T.FLOAT, [])]
     mdl = model(node, ins, [helper.make_tensor_value_info("y", T.FLOAT, [4, 3])], inits)
     feeds = {"a": a, "as": np.array(0.3, np.float32), "b": b, "bs": np.array(0.07, np.float32)}
+    if ORT_VERSION < (1, 24):
+        # ORT 1.23 hands the EP no shape for the rank-0 inputs: the claim can't check b_scale
+        s = make_session(mdl, mlx=True)
+        run(s, feeds)
+        assert_on_cpu(s, ["QGemm"])
+        return
     check_against_cpu(mdl, feeds, rtol=0, atol=0, all_on_mlx=True)
 
 
@@ -406,7 +420,7 @@ def test_qlinear_binary(op, qt, shapes, params):
     elif 256 in shapes[0] and 256 in shapes[1]:
         full, col = np.tile(every, (256, 1)).astype(dt), every.reshape(256, 1).astype(dt)
         feeds = {"a": full, "b": col} if shapes[1] == [256, 1] else {"a": col, "b": full}
-    if _mlas_avx2() or (op == "QLinearMul" and _linux_x86_64()):
+    if FORMULAS_MATCH_HOST and (_mlas_avx2() or (op == "QLinearMul" and _linux_x86_64())):
         check_against_cpu(mdl, feeds, rtol=0, atol=0, all_on_mlx=True)
     else:
         s = make_session(mdl, mlx=True)

@@ -123,6 +123,40 @@ fn mark_foreign_nodes(
     foreign
 }
 
+/// Ops whose lowering reproduces the float formulas of one range of ORT releases' CPU kernels
+/// (MLAS lookup tables and requantisation): (domain, op, the first ORT minor version matched).
+/// On an older host they stay on ORT's CPU EP, whose own results differ from newer releases.
+const HOST_FORMULA_OPS: &[(&str, &str, u32)] = &[
+    ("com.microsoft", "QLinearSoftmax", 31),
+    ("com.microsoft", "QLinearAdd", 31),
+    ("com.microsoft", "QLinearMul", 31),
+];
+
+/// Puts the [`HOST_FORMULA_OPS`] nodes that this host's ORT computes differently in the
+/// foreign domain (they stay on the CPU EP); returns how many.
+fn hold_back_for_host(graph: &mut Graph, host_minor: u32) -> usize {
+    let mut held = 0;
+    for node in &mut graph.nodes {
+        let newer = HOST_FORMULA_OPS
+            .iter()
+            .any(|&(d, op, since)| node.domain == d && node.op_type == op && host_minor < since);
+        if newer {
+            log::debug!(
+                "node '{}' ({}) stays on the CPU EP: its formulas match ORT 1.{} and newer",
+                node.name,
+                node.op_type,
+                HOST_FORMULA_OPS
+                    .iter()
+                    .find(|e| e.1 == node.op_type)
+                    .map_or(0, |e| e.2)
+            );
+            node.domain = FOREIGN_DOMAIN.to_string();
+            held += 1;
+        }
+    }
+    held
+}
+
 /// Puts the nodes that produce the graph's outputs in the foreign domain, so that nothing
 /// claims them (the body of a control-flow node ORT runs, see [`crate::device_memory`]);
 /// returns their names.
@@ -283,6 +317,7 @@ unsafe extern "system" fn get_capability(
         } else {
             HashSet::new()
         };
+        hold_back_for_host(&mut read.graph, api.host_minor);
         let mut partition = plan::partition_plannable(&read.graph, &ep.registry);
         // ORT 1.23 gives a fused node no inputs for what its nodes' bodies read from outside.
         let mut unfed: HashMap<String, String> = HashMap::new();

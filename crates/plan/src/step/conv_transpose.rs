@@ -33,7 +33,7 @@ pub enum ConvTransposePadding {
     },
 }
 
-/// Static attributes of a [`super::Step::ConvTranspose`]: channels-last input
+/// Static attributes of a [`super::Step::ConvFlipped`]: channels-last input
 /// `[N, *spatial, C]`, weight already in `mlx_conv_general`'s layout `[O, *kernel, C/groups]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
