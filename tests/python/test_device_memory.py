@@ -121,22 +121,28 @@ def test_iobinding_decode_keeps_the_kv_cache_in_mlx_memory(tmp_path):
             assert r["bound_inputs"] >= cache, (step, r)
 
 
-#: A child that runs the same two-input model with device memory off: every byte copied.
-OFF_CHILD = r"""
+#: The start of a child script: a one-node float32 [4] model (`%(op)s` over the inputs
+#: `%(inputs)s`, output `y`) in a session `s` on the MLX EP (`devices`).
+ONE_NODE_CHILD = r"""
 import gc, json, os
 import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper
 ort.register_execution_provider_library("ortmlx", os.environ["ORTMLX_EP_LIBRARY"])
 devices = [d for d in ort.get_ep_devices() if d.ep_name == "MLXExecutionProvider"]
-graph = helper.make_graph([helper.make_node("Add", ["a", "b"], ["y"])], "g",
-    [helper.make_tensor_value_info(n, TensorProto.FLOAT, [4]) for n in "ab"],
+graph = helper.make_graph([helper.make_node("%(op)s", list("%(inputs)s"), ["y"])], "g",
+    [helper.make_tensor_value_info(n, TensorProto.FLOAT, [4]) for n in "%(inputs)s"],
     [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
 model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 model.ir_version = 8
 options = ort.SessionOptions()
 options.add_provider_for_devices(devices, {})
 s = ort.InferenceSession(model.SerializeToString(), sess_options=options)
+"""
+
+#: A child that runs a two-input Add and prints its output (the test runs it with device
+#: memory off and on).
+OFF_CHILD = ONE_NODE_CHILD % {"op": "Add", "inputs": "ab"} + r"""
 y = s.run(None, {"a": np.ones(4, np.float32), "b": np.full(4, 2.0, np.float32)})[0]
 del s
 gc.collect()
@@ -158,22 +164,8 @@ def test_device_memory_can_be_switched_off(tmp_path):
 
 #: A child that runs one Relu through IOBinding with its output in MLX memory, then asks ORT to
 #: synchronise the bound outputs (ORT >= 1.25 calls the EP's `Sync` there).
-SYNC_CHILD = r"""
-import gc, json, os
-import numpy as np
-import onnxruntime as ort
-from onnx import TensorProto, helper
+SYNC_CHILD = ONE_NODE_CHILD % {"op": "Relu", "inputs": "x"} + r"""
 from llm import mlx_device
-ort.register_execution_provider_library("ortmlx", os.environ["ORTMLX_EP_LIBRARY"])
-devices = [d for d in ort.get_ep_devices() if d.ep_name == "MLXExecutionProvider"]
-graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
-    [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
-    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
-model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-model.ir_version = 8
-options = ort.SessionOptions()
-options.add_provider_for_devices(devices, {})
-s = ort.InferenceSession(model.SerializeToString(), sess_options=options)
 b = s.io_binding()
 b.bind_cpu_input("x", np.array([-1, 2, -3, 4], np.float32))
 b._iobinding.bind_output("y", mlx_device())

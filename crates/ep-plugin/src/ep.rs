@@ -137,18 +137,13 @@ const HOST_FORMULA_OPS: &[(&str, &str, u32)] = &[
 fn hold_back_for_host(graph: &mut Graph, host_minor: u32) -> usize {
     let mut held = 0;
     for node in &mut graph.nodes {
-        let newer = HOST_FORMULA_OPS
+        let matched = HOST_FORMULA_OPS
             .iter()
-            .any(|&(d, op, since)| node.domain == d && node.op_type == op && host_minor < since);
-        if newer {
+            .find(|&&(d, op, since)| node.domain == d && node.op_type == op && host_minor < since);
+        if let Some(&(_, op, since)) = matched {
             log::debug!(
-                "node '{}' ({}) stays on the CPU EP: its formulas match ORT 1.{} and newer",
-                node.name,
-                node.op_type,
-                HOST_FORMULA_OPS
-                    .iter()
-                    .find(|e| e.1 == node.op_type)
-                    .map_or(0, |e| e.2)
+                "node '{}' ({op}) stays on the CPU EP: its formulas match ORT 1.{since} and newer",
+                node.name
             );
             node.domain = FOREIGN_DOMAIN.to_string();
             held += 1;
