@@ -189,8 +189,25 @@ impl Flags {
     }
 }
 
+/// `v` as a scalar of the integer type `dtype`, saturated to the type's range (index types are
+/// int32/int64 in ONNX, where every dimension fits). Made directly in that type rather than cast
+/// on the stream: an evaluated scalar is one that a compiled closure's simplification merges
+/// with its equals, so guards of the same indices (every layer's rotary gathers) become one.
 fn scalar_like(v: i64, dtype: Dtype, s: &Stream) -> mlx::Result<Array> {
-    ops::astype(&Array::scalar(v)?, dtype, s)
+    fn sat<T: TryFrom<i64> + mlx::Element>(v: i64, lo: T, hi: T) -> mlx::Result<Array> {
+        Array::scalar(T::try_from(v).unwrap_or(if v < 0 { lo } else { hi }))
+    }
+    match dtype {
+        Dtype::Int8 => sat(v, i8::MIN, i8::MAX),
+        Dtype::Int16 => sat(v, i16::MIN, i16::MAX),
+        Dtype::Int32 => sat(v, i32::MIN, i32::MAX),
+        Dtype::Int64 => Array::scalar(v),
+        Dtype::Uint8 => sat(v, 0, u8::MAX),
+        Dtype::Uint16 => sat(v, 0, u16::MAX),
+        Dtype::Uint32 => sat(v, 0, u32::MAX),
+        Dtype::Uint64 => sat(v, 0, u64::MAX),
+        _ => ops::astype(&Array::scalar(v)?, dtype, s),
+    }
 }
 
 fn is_signed(dtype: Dtype) -> bool {
