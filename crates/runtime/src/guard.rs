@@ -60,6 +60,38 @@ fn physical_memory() -> Option<u64> {
     None
 }
 
+/// The smallest and largest value of each integer constant of a plan, read once when the
+/// program is built: a gather or scatter whose indices are a constant in range for the axis it
+/// indexes needs no guard (no compare, reduce and select kernels per run; a rotary embedding's
+/// half-swap permutation is such a constant in every layer).
+#[derive(Default)]
+pub(crate) struct ConstantRanges(std::collections::HashMap<Slot, (i64, i64)>);
+
+impl ConstantRanges {
+    /// The ranges of `constants`' integer tensors (empty ones have none).
+    pub(crate) fn new<'a>(
+        constants: impl IntoIterator<Item = (Slot, &'a onnx_ir::TensorData)>,
+    ) -> ConstantRanges {
+        let ranges = constants
+            .into_iter()
+            .filter_map(|(slot, t)| {
+                let v = t.dtype.is_integer().then(|| t.to_i64_vec()).flatten()?;
+                let lo = *v.iter().min()?;
+                let hi = *v.iter().max()?;
+                Some((slot, (lo, hi)))
+            })
+            .collect();
+        ConstantRanges(ranges)
+    }
+
+    /// True when `slot` is an integer constant whose values all lie in `[lo, hi)`.
+    pub(crate) fn within(&self, slot: Slot, lo: i64, hi: i64) -> bool {
+        self.0
+            .get(&slot)
+            .is_some_and(|&(min, max)| min >= lo && max < hi)
+    }
+}
+
 /// Fails when `a` is larger than [`max_tensor_bytes`].
 pub(crate) fn check_size(a: &Array) -> Result<(), String> {
     let bytes = (a.size() as u64).saturating_mul(a.dtype().size() as u64);

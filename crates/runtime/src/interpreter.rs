@@ -30,6 +30,8 @@ pub(crate) struct Slots {
     /// The key seed of the step about to run when it is a random one (set per step by the
     /// program, which counts each random step's runs; see `random`).
     pub(crate) draw_seed: Option<u64>,
+    /// The value ranges of the plan's integer constants (see [`crate::guard::ConstantRanges`]).
+    pub(crate) constant_ranges: std::sync::Arc<crate::guard::ConstantRanges>,
 }
 
 fn err(e: impl std::fmt::Display) -> RuntimeError {
@@ -60,6 +62,7 @@ impl Slots {
             absent: Default::default(),
             in_closure: false,
             draw_seed: None,
+            constant_ranges: Default::default(),
         }
     }
 
@@ -116,6 +119,29 @@ impl Slots {
             .get(slot.index())
             .and_then(Option::as_ref)
             .ok_or_else(|| RuntimeError(format!("slot {slot:?} read before it was written")))
+    }
+
+    /// The indices in `slot` (bound to `indices`) made safe for an axis of length `n`
+    /// (`[-n, n)`, or `[0, n)` when `nonnegative`): as they are when `slot` is a constant
+    /// whose every value is in range, else guarded (see [`crate::guard`]).
+    fn safe_indices(
+        &mut self,
+        slot: Slot,
+        indices: &Array,
+        n: i32,
+        nonnegative: bool,
+        s: &Stream,
+    ) -> Result<Array, RuntimeError> {
+        let lo = if nonnegative { 0 } else { -(n as i64) };
+        if self.constant_ranges.within(slot, lo, n as i64) {
+            return Ok(indices.clone());
+        }
+        if nonnegative {
+            crate::guard::bounded_nonnegative_indices(indices, n, &mut self.flags, s)
+        } else {
+            crate::guard::bounded_indices(indices, n, &mut self.flags, s)
+        }
+        .map_err(err)
     }
 
     /// Drops a slot's array (after its last use, so MLX may reuse its buffer).
@@ -442,7 +468,7 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
         } => {
             let (xa, ia) = (slots.get(*x)?.clone(), slots.get(*indices)?.clone());
             let n = crate::guard::dim(&xa, *axis)?;
-            let ia = crate::guard::bounded_indices(&ia, n, &mut slots.flags, s).map_err(err)?;
+            let ia = slots.safe_indices(*indices, &ia, n, false, s)?;
             ops::take_axis(&xa, &ia, *axis, s).map_err(err)?
         }
         TakeAlongAxis {
@@ -450,7 +476,7 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
         } => {
             let (xa, ia) = (slots.get(*x)?.clone(), slots.get(*indices)?.clone());
             let n = crate::guard::dim(&xa, *axis)?;
-            let ia = crate::guard::bounded_indices(&ia, n, &mut slots.flags, s).map_err(err)?;
+            let ia = slots.safe_indices(*indices, &ia, n, false, s)?;
             ops::take_along_axis(&xa, &ia, *axis, s).map_err(err)?
         }
         Softmax {
@@ -728,10 +754,7 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
             for (i, axis) in indices.iter().zip(axes) {
                 let n = crate::guard::dim(&xa, *axis)?;
                 let ia = slots.get(*i)?.clone();
-                idx.push(
-                    crate::guard::bounded_nonnegative_indices(&ia, n, &mut slots.flags, s)
-                        .map_err(err)?,
-                );
+                idx.push(slots.safe_indices(*i, &ia, n, true, s)?);
             }
             let idx: Vec<&Array> = idx.iter().collect();
             let (xa, u) = (&xa, &u);
@@ -753,7 +776,7 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
             for (i, axis) in indices.iter().zip(axes) {
                 let n = crate::guard::dim(&xa, *axis)?;
                 let ia = slots.get(*i)?.clone();
-                idx.push(crate::guard::bounded_indices(&ia, n, &mut slots.flags, s).map_err(err)?);
+                idx.push(slots.safe_indices(*i, &ia, n, false, s)?);
             }
             let idx: Vec<&Array> = idx.iter().collect();
             ops::gather(&xa, &idx, axes, &sizes, s).map_err(err)?

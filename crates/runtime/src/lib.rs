@@ -148,6 +148,8 @@ struct RunState {
 pub(crate) struct Program {
     pub(crate) plan: Plan,
     constants: Vec<(Slot, Arc<FrozenArray>)>,
+    /// The value ranges of the integer constants (indices known safe need no guard).
+    constant_ranges: Arc<guard::ConstantRanges>,
     /// For each step, the slots whose last reader it is (dropped after it runs).
     release_after: Vec<Vec<Slot>>,
     /// Whether a trace ends with the guards' status (see [`Program::has_status`]).
@@ -267,6 +269,7 @@ impl Program {
         mut record: Option<&mut Vec<probe::StepShapes>>,
     ) -> Result<Vec<Array>, RuntimeError> {
         let mut slots = interpreter::Slots::new(self.plan.num_slots);
+        slots.constant_ranges = self.constant_ranges.clone();
         for (input, array) in self.plan.inputs.iter().zip(inputs) {
             slots.set(input.slot, array);
         }
@@ -482,6 +485,9 @@ impl Program {
                 Ok((*slot, array))
             })
             .collect::<Result<Vec<_>, RuntimeError>>()?;
+        let constant_ranges = Arc::new(guard::ConstantRanges::new(
+            plan.constants.iter().map(|(slot, t)| (*slot, t)),
+        ));
         let host_read_slots = plan.host_read_slots();
         let value_inputs = plan
             .inputs
@@ -516,6 +522,7 @@ impl Program {
             host_read_slots,
             plan,
             constants,
+            constant_ranges,
             subs,
             body_cache: None,
         };

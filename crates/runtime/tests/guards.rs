@@ -72,6 +72,32 @@ fn out_of_range_gather_indices_are_an_error_not_a_read() {
 }
 
 #[test]
+fn constant_indices_are_checked_against_the_run_time_dimension() {
+    // The indices are an initializer, so their range is known once; the axis they index has
+    // a run-time length, so index 2 is fine for 3 rows and out of range for 2.
+    let mut g = graph(
+        vec![ValueInfo::new(
+            "x",
+            DataType::Float,
+            vec![Dim::Symbolic("n".into()), Dim::Fixed(2)],
+        )],
+        ValueInfo::new("y", DataType::Float, fixed(&[2, 2])),
+        vec![Node::new("Gather", ["x", "i"], ["y"])],
+    );
+    g.initializers
+        .insert("i".into(), onnx_ir::TensorData::from_i64(vec![2], &[2, 0]));
+    let exe = executable(&g);
+    let three = bytes(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    let out = exe.run(&[input(DataType::Float, &[3, 2], &three)]).unwrap();
+    assert_eq!(out[0].data(), bytes(&[5.0f32, 6.0, 1.0, 2.0]));
+    let err = exe
+        .run(&[input(DataType::Float, &[2, 2], &three[..16])])
+        .err()
+        .expect("index 2 of 2 rows gave outputs");
+    assert!(err.0.contains("out of range"), "{err}");
+}
+
+#[test]
 fn integer_division_never_traps() {
     let g = graph(
         vec![
