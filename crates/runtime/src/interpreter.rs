@@ -786,11 +786,6 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
             let a = spec.resolve(&shape, &mut Host { slots }).map_err(err)?;
             extra::resize_interp(slots.get(*x)?, &a, s)?
         }
-        TakeSum { x, spec, .. } => {
-            let shape = shape_i64(slots.get(*x)?);
-            let a = spec.resolve(&shape, &mut Host { slots }).map_err(err)?;
-            extra::take_sum(slots.get(*x)?, &a, s)?
-        }
         Branch { .. } | Repeat { .. } => {
             return Err(err(
                 "a step with sub-plans runs through its program's sub-programs",

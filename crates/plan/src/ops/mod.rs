@@ -300,6 +300,16 @@ impl LowerCtx<'_> {
         out
     }
 
+    /// A constant int32 tensor of `dims` (index tables computed at plan time).
+    pub(crate) fn const_i32(&mut self, dims: Vec<i64>, values: &[i32]) -> Slot {
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        self.constant(onnx_ir::TensorData {
+            dtype: DataType::Int32,
+            dims,
+            bytes: bytes.into(),
+        })
+    }
+
     /// Emits `mlx_astype` unless `x` already has `dtype`.
     pub(crate) fn cast(&mut self, x: Slot, from: DataType, to: DataType) -> Slot {
         if from == to {

@@ -16,7 +16,6 @@
 
 use std::fmt;
 
-mod col2im;
 mod control;
 mod conv;
 mod conv_transpose;
@@ -37,7 +36,6 @@ mod tests;
 mod tfidf_mel;
 mod variants;
 
-pub use col2im::{Col2ImGeometry, Col2ImSpec, TakeSumArgs, check_ort_rank};
 pub use control::{ScanAxis, SubPlan};
 pub use conv_transpose::{
     ConvTransposeArgs, ConvTransposePadding, ConvTransposeSpec, distribute_padding,

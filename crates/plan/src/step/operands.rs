@@ -25,8 +25,8 @@
 //! [`Step::is_shapeless`]: super::Step::is_shapeless
 
 use super::{
-    Col2ImSpec, FloatSource, InterpSpec, PadSpec, ReduceAxes, ReshapeTarget, ResizeSpec,
-    ShapeSource, SliceSpec, Slot,
+    FloatSource, InterpSpec, PadSpec, ReduceAxes, ReshapeTarget, ResizeSpec, ShapeSource,
+    SliceSpec, Slot,
 };
 use crate::host::HostArg;
 
@@ -170,7 +170,7 @@ macro_rules! spec_slots {
         }
     )*};
 }
-spec_slots!(InterpSpec, Col2ImSpec);
+spec_slots!(InterpSpec);
 
 /// A reshape reads `Like`'s array (its shape only) and the host values of the other targets.
 impl Operand for ReshapeTarget {

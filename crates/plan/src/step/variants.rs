@@ -572,18 +572,6 @@ define_steps! {
             /// Output (float32).
             write out: Slot,
         } shapeless: false,
-        /// A sum of gathers of a float32 `x` with `a = spec.resolve(x.shape, host)`:
-        /// `mlx_reshape` to `a.rows`, `mlx_pad` of one trailing zero on the last axis, then
-        /// `mlx_take_axis` of each `a.sources[k]` (int32) on the last axis summed in order with
-        /// `mlx_add`, and `mlx_reshape` to `a.out` (ONNX `Col2Im`'s accumulation).
-        TakeSum {
-            /// Input (float32).
-            read x: Slot,
-            /// Shapes and attributes.
-            host spec: Col2ImSpec,
-            /// Output (float32).
-            write out: Slot,
-        } shapeless: false,
         /// `out = mlx_fft_<op>(x, n, axis)` of a complex64 `x`: `n` is `length`'s one value, or
         /// MLX's default for `x.shape[axis]` when `None` ([`FftOp::length`]); `axis` is one
         /// value (negative: MLX's rule).

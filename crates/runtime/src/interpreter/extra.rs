@@ -1,7 +1,7 @@
-//! The multi-call steps of the interpreter: linear / cubic resize and the sum of gathers.
+//! The multi-call steps of the interpreter: linear / cubic resize.
 
 use mlx::{Array, Dtype, Stream, ops};
-use plan::step::{InterpArgs, InterpAxis, TakeSumArgs};
+use plan::step::{InterpArgs, InterpAxis};
 
 use super::err;
 use crate::RuntimeError;
@@ -23,21 +23,6 @@ fn accumulate(acc: Option<Array>, t: Array, s: &Stream) -> Result<Array, Runtime
         None => Ok(t),
         Some(a) => ops::add(&a, &t, s).map_err(err),
     }
-}
-
-/// `reshape(sum_k take_axis(pad(reshape(x, a.rows), last, 1 zero), a.sources[k], last), a.out)`
-/// (see `plan::Step::TakeSum`).
-pub(super) fn take_sum(x: &Array, a: &TakeSumArgs, s: &Stream) -> Result<Array, RuntimeError> {
-    let flat = ops::reshape(x, &a.rows, s).map_err(err)?;
-    let last = a.rows.len() as i32 - 1;
-    let zero = Array::scalar_f32(0.0);
-    let padded = ops::pad(&flat, &[last], &[0], &[1], &zero, "constant", s).map_err(err)?;
-    let mut acc = None;
-    for row in &a.sources {
-        acc = Some(accumulate(acc, take(&padded, row, last, s)?, s)?);
-    }
-    let sum = acc.ok_or_else(|| RuntimeError("TakeSum without sources".into()))?;
-    ops::reshape(&sum, &a.out, s).map_err(err)
 }
 
 /// Linear / cubic resize of a float32 array (see `plan::Step::ResizeInterp`).
