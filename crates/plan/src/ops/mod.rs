@@ -35,6 +35,7 @@ pub mod random;
 pub mod recurrent;
 pub mod reduce;
 pub mod resize;
+pub(crate) mod sdpa;
 pub mod sequence;
 pub mod shape;
 pub mod signal;

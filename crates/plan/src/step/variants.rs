@@ -178,10 +178,11 @@ define_steps! {
             /// Output.
             write out: Slot,
         } shapeless: true,
-        /// `out = mlx_fast_scaled_dot_product_attention(q, k, v, scale, mode, mask, sinks=null)`
+        /// `out = mlx_fast_scaled_dot_product_attention(q, k, v, scale, mode, mask, sinks)`
         /// with `mode = "causal"` (mask null) when `causal`, else `""` (mask or null). q is
         /// `[B, Hq, S, D]`, k `[B, Hkv, T, D]`, v `[B, Hkv, T, Dv]` (Hq a multiple of Hkv); a bool
-        /// mask means "attend where true", a float mask is added to the scores.
+        /// mask means "attend where true", a float mask is added to the scores. A mask slot that
+        /// the step writing it left absent on purpose (see [`Step::GqaMask`]) counts as none.
         Attention {
             /// Queries.
             read q: Slot,
@@ -194,6 +195,8 @@ define_steps! {
             /// MLX's causal mask (aligned to the bottom-right; the planner only sets it where that
             /// agrees with ONNX).
             attr causal: bool,
+            /// Per-head sink logits `[Hq]`: one more logit per row in the softmax's denominator.
+            read sinks: Option<Slot>,
             /// Score scale.
             attr scale: f32,
             /// Output `[B, Hq, S, Dv]`.
@@ -433,7 +436,9 @@ define_steps! {
         /// The attention mask of com.microsoft GroupQueryAttention: `l.mask(window)` as a bool
         /// array `[B, 1, S, P]` (`l` as for [`Step::KvCache`], `B`, `S` from `like`, which is
         /// `[B, H, S, D]`); with `bias` (`[B|1, H|1, S, T]`), the additive float mask
-        /// `mlx_where(keep, pad(bias, T -> P), -inf)`.
+        /// `mlx_where(keep, pad(bias, T -> P), -inf)`. Without `bias`, when every query sees
+        /// every key, `out` is left absent (`omit`: the fused attention step then runs unmasked)
+        /// or is the bool scalar `true`.
         GqaMask {
             /// `seqlens_k` (read on the host).
             read_host seqlens: Slot,
@@ -447,6 +452,9 @@ define_steps! {
             attr window: i64,
             /// Attention bias added to the scores, if any.
             read bias: Option<Slot>,
+            /// Leave a mask that keeps every key absent (its reader takes an absent mask as
+            /// none).
+            attr omit: bool,
             /// Output.
             write out: Slot,
         } shapeless: false,
@@ -477,32 +485,6 @@ define_steps! {
             /// Output.
             write out: Slot,
         } shapeless: false,
-        /// Attention with extras: when `softcap == 0`,
-        /// `mlx_fast_scaled_dot_product_attention(q, k, v, scale, mode, mask, sinks)` as for
-        /// [`Step::Attention`] (with `causal` and a mask both set, the causal keep-mask, aligned to
-        /// the bottom-right, is combined into the array mask); with `softcap > 0` the same
-        /// computed step by step: `scores = softcap * tanh(q k^T * scale / softcap)`, masked,
-        /// softmax (with the sink logits in the denominator), times `v`. `sinks` is `[Hq]`.
-        AttentionEx {
-            /// Queries `[B, Hq, S, D]`.
-            read q: Slot,
-            /// Keys `[B, Hkv, T, D]`.
-            read k: Slot,
-            /// Values `[B, Hkv, T, Dv]`.
-            read v: Slot,
-            /// Bool keep-mask or additive float mask broadcastable to `[B, Hq, S, T]`.
-            read mask: Option<Slot>,
-            /// Causal (bottom-right aligned).
-            attr causal: bool,
-            /// Per-head sink logits `[Hq]`.
-            read sinks: Option<Slot>,
-            /// Score scale.
-            attr scale: f32,
-            /// Logit soft cap (`0`: none).
-            attr softcap: f32,
-            /// Output `[B, Hq, S, Dv]`.
-            write out: Slot,
-        } shapeless: !(*causal && mask.is_some()),
         /// `out = mlx_conv_general(x, w, a.conv..., flip = true)` with `a = spec.resolve(x.shape)`
         /// (channels-last input `[N, *spatial, C]`, weight `[O, *kernel, C/groups]`;
         /// `input_dilation` carries the strides of ONNX `ConvTranspose`, whose crop, where its
