@@ -7,8 +7,6 @@ use plan::{ArgReduceOp, BinaryOp, HostReader, ReduceOp, Slot, Step, UnaryOp};
 use crate::RuntimeError;
 use crate::dtype::to_mlx;
 
-mod extra;
-
 /// The arrays bound to a plan's slots during one run.
 pub(crate) struct Slots {
     values: Vec<Option<Array>>,
@@ -784,11 +782,6 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
             }
             let idx: Vec<&Array> = idx.iter().collect();
             ops::gather(&xa, &idx, axes, &sizes, s).map_err(err)?
-        }
-        ResizeInterp { x, spec, .. } => {
-            let shape = shape_i64(slots.get(*x)?);
-            let a = spec.resolve(&shape, &mut Host { slots }).map_err(err)?;
-            extra::resize_interp(slots.get(*x)?, &a, s)?
         }
         Branch { .. } | Repeat { .. } => {
             return Err(err(

@@ -311,6 +311,11 @@ impl LowerCtx<'_> {
         })
     }
 
+    /// A constant float32 tensor of `dims` (weight tables computed at plan time).
+    pub(crate) fn const_f32(&mut self, dims: Vec<i64>, values: &[f32]) -> Slot {
+        self.constant(onnx_ir::TensorData::from_f32(dims, values))
+    }
+
     /// Emits `mlx_astype` unless `x` already has `dtype`.
     pub(crate) fn cast(&mut self, x: Slot, from: DataType, to: DataType) -> Slot {
         if from == to {

@@ -539,21 +539,6 @@ define_steps! {
             /// Output.
             write out: Slot,
         } shapeless: false,
-        /// Linear / cubic `Resize` of a float32 `x` with `a = spec.resolve(x.shape, host)`: no
-        /// axes -> `mlx_astype(x, float32)` (a copy); otherwise, per tap, `mlx_take_axis` with an
-        /// int32 index array and `mlx_multiply` by a float32 weight array shaped to broadcast
-        /// along its axis. Linear (`!a.separable`): the corners (last axis varying fastest) are
-        /// gathered along every axis and `sum(w_last * ... * w_first * corner)` is accumulated
-        /// with `mlx_add` in order. Cubic: one pass per axis, innermost first, each
-        /// `sum(take * w [/ divisor])`. With `a.extrapolation`, `mlx_where(inside, y, value)`.
-        ResizeInterp {
-            /// Input (float32).
-            read x: Slot,
-            /// Resize parameters.
-            host spec: InterpSpec,
-            /// Output (float32).
-            write out: Slot,
-        } shapeless: false,
         /// `out = mlx_fft_<op>(x, n, axis)` of a complex64 `x`: `n` is `length`'s one value, or
         /// MLX's default for `x.shape[axis]` when `None` ([`FftOp::length`]); `axis` is one
         /// value (negative: MLX's rule).
