@@ -4,7 +4,6 @@ CPU EP closely, over several calls that carry the state outputs back in."""
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import pytest
@@ -70,18 +69,6 @@ def test_seq2seq_decoder_steps_over_a_growing_past():
     decoder_runs([(1, 16, 48), (1, 17, 48), (1, 18, 48), (1, 5, 48)])
 
 
-#: The compiled decode slot is switched off (then the runs below go eager and pass).
-COMPILE_OFF = any(os.environ.get(v, "").lower() in ("1", "true", "yes", "on") for v in ("ORTMLX_DISABLE_COMPILE", "ORTMLX_DISABLE_COMPILE_DECODE"))
-
-
-@pytest.mark.xfail(
-    not COMPILE_OFF,
-    strict=True,
-    reason="known bug: a decode-shaped run (input_ids [batch, 1]) of a shape-keyed plan without "
-    "GroupQueryAttention layout steps gets plan::Plan::decode_key's empty key, so one compiled "
-    "closure serves every input shape and its baked Reshape targets fail for another batch or "
-    "encoder length ('Cannot reshape array of size 512 into shape (1,1,4,64)')",
-)
 def test_seq2seq_decoder_another_source_length_and_batch():
     """A new source sentence (encoder length) and another batch on the same session."""
     decoder_runs([(1, 16, 48), (1, 16, 20), (2, 7, 20)])
