@@ -8,6 +8,10 @@
 #   bash tests/gpu/device_run.sh bench        the GPU benchmarks
 #   bash tests/gpu/device_run.sh perf         `bench overhead --device gpu` (EP vs raw MLX, per run and
 #                                             per node) and the GQA decoders of `bench llm` on the GPU
+#   bash tests/gpu/device_run.sh small        `bench small --device gpu`: the small models of
+#                                             tests/python/small_graphs.py on ORT's CPU EP, with the
+#                                             MLX EP on the GPU and as their plans run directly
+#                                             (small_bench); small_gpu.json / small_gpu.md
 #   bash tests/gpu/device_run.sh memory       the device-memory suite on the GPU stream, then the GQA
 #                                             decoders with and without IOBinding
 #   bash tests/gpu/device_run.sh profile      the CUDA kernels of one decode step (tests/gpu/
@@ -122,6 +126,20 @@ perf)
     --models "${ORTMLX_LLM_MODELS:-tiny,larger,larger-int4}" --repeats 2 --out "$out/llm_gpu.json" 2> "$out/llm.err" | tee "$out/llm.txt"
   echo "llm exit ${PIPESTATUS[0]}"
   tail -n 5 "$out/llm.err"
+  ;;
+small)
+  echo "== bench small --device gpu (ORT CPU EP, ORT + MLX EP on the GPU, the same plans through the runtime directly)"
+  ldd "$root/ortmlx_gpu/bin/small_bench" | grep -E "not found" | tee -a "$out/ldd.txt"
+  models=/tmp/ortmlx-small-models
+  timeout 120 python3 tests/python/small_bench.py --prepare --dir "$models" 2>&1 | tee "$out/small_gpu.txt"
+  echo "prepare exit ${PIPESTATUS[0]}"
+  MLX_PTX_CACHE_DIR="${MLX_PTX_CACHE_DIR:-$HOME/.cache/onnxruntime-mlx-ep/mlx-0.32.2/ptx}" timeout 300 "$root/ortmlx_gpu/bin/small_bench" --device gpu --dir "$models" \
+    --budget-ms "${ORTMLX_BUDGET_MS:-1500}" --out "$out/small_gpu.json" 2>&1 | tee -a "$out/small_gpu.txt"
+  echo "small_bench exit ${PIPESTATUS[0]}"
+  timeout 300 python3 tests/python/small_bench.py --json "$out/small_gpu.json" --budget-ms "${ORTMLX_BUDGET_MS:-1500}" \
+    --markdown "$out/small_gpu.md" 2> "$out/small_gpu.err" | tee -a "$out/small_gpu.txt"
+  echo "ort side exit ${PIPESTATUS[0]}"
+  tail -n 3 "$out/small_gpu.err"
   ;;
 profile)
   for m in ${ORTMLX_PROFILE_MODELS:-"tiny gqa" "tiny torch"}; do

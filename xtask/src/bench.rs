@@ -2,6 +2,7 @@
 
 use anyhow::{Result, bail};
 
+use std::ffi::OsStr;
 use std::path::Path;
 use std::process::Command;
 
@@ -14,12 +15,13 @@ pub fn run(args: &[String]) -> Result<()> {
         Some("gemm") => gemm(),
         Some("llm") => crate::bench_llm::run(&args[1..]),
         Some("overhead") => overhead(&args[1..]),
+        Some("small") => small(&args[1..]),
         Some("startup") => startup(&args[1..]),
         Some("bert") => bert(&args[1..]),
         Some(other) => {
-            bail!("unknown benchmark `{other}`; known: bert, gemm, llm, overhead, startup")
+            bail!("unknown benchmark `{other}`; known: bert, gemm, llm, overhead, small, startup")
         }
-        None => bail!("usage: cargo xtask bench <bert|gemm|llm|overhead|startup>"),
+        None => bail!("usage: cargo xtask bench <bert|gemm|llm|overhead|small|startup>"),
     }
 }
 
@@ -62,25 +64,86 @@ fn overhead(args: &[String]) -> Result<()> {
     )
 }
 
+/// Held-out-style small models (`tests/python/small_graphs.py`: GRU and LSTM steps, a VAD, a
+/// 2-layer seq2seq decoder step, a classifier), per run: ORT's CPU EP, ORT with the MLX EP, and
+/// the same plan run through the runtime directly. `tests/python/small_bench.py --prepare`
+/// writes each model as ORT hands it to an EP (after its basic rewrites) with its inputs and
+/// the CPU EP's outputs; `crates/runtime/examples/small_bench.rs` reads, plans and runs them
+/// as the EP would (`target/bench/small.json`); `small_bench.py` then times both ORT sessions
+/// into that JSON and writes the table to `target/bench/small.md`. Arguments: `--device gpu`,
+/// `--budget-ms <ms per measurement>`, `--only <model,...>`, `--explain` (Rust side).
+fn small(args: &[String]) -> Result<()> {
+    let venvs = setup::run(Scope::Only(LATEST_ORT))?;
+    let venv = &venvs[0];
+    let lib = crate::build::run()?;
+    let bench = target_dir().join("bench");
+    let models = bench.join("small-models");
+    let out = bench.join("small.json");
+    let value = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .map(String::as_str)
+    };
+    banner("bench small: the models as ORT hands them to the EP, with inputs and CPU EP outputs");
+    let mut prepare = python_script(venv, &lib, "small_bench.py");
+    prepare.arg("--prepare").arg("--dir").arg(&models);
+    if let Some(only) = value("--only") {
+        prepare.args(["--only", only]);
+    }
+    run_cmd(&mut prepare)?;
+    banner("bench small: each model's plan through the runtime directly (no ORT)");
+    run_cmd(
+        release_example("ortmlx-runtime", "small_bench")
+            .arg("--dir")
+            .arg(&models)
+            .arg("--out")
+            .arg(&out)
+            .args(args),
+    )?;
+    banner("bench small: ORT's CPU EP and ORT with the MLX EP");
+    let budget = value("--budget-ms").unwrap_or("2000");
+    let markdown = bench.join("small.md");
+    run_python_bench(
+        venv,
+        &lib,
+        "small_bench.py",
+        &out,
+        [
+            OsStr::new("--budget-ms"),
+            OsStr::new(budget),
+            OsStr::new("--markdown"),
+            markdown.as_os_str(),
+        ],
+    )
+}
+
+/// `tests/python/<script>` on `venv`'s Python against the EP library `lib`, run from the
+/// workspace root; the caller adds the script's arguments.
+fn python_script(venv: &setup::Venv, lib: &Path, script: &str) -> Command {
+    let root = crate::util::workspace_root();
+    let mut cmd = Command::new(venv.python());
+    cmd.arg(root.join("tests").join("python").join(script))
+        .current_dir(&root)
+        .env(crate::test::EP_LIBRARY_VAR, lib)
+        .env("PYTHONDONTWRITEBYTECODE", "1");
+    cmd
+}
+
 /// Runs `tests/python/<script>` on `venv`'s Python against the EP library `lib`, the script
 /// writing its JSON to `out`; `args` follow `--json <out>`.
-fn run_python_bench<S: AsRef<std::ffi::OsStr>>(
+fn run_python_bench<S: AsRef<OsStr>>(
     venv: &setup::Venv,
     lib: &Path,
     script: &str,
     out: &Path,
     args: impl IntoIterator<Item = S>,
 ) -> Result<()> {
-    let root = crate::util::workspace_root();
     run_cmd(
-        Command::new(venv.python())
-            .arg(root.join("tests").join("python").join(script))
+        python_script(venv, lib, script)
             .arg("--json")
             .arg(out)
-            .args(args)
-            .current_dir(&root)
-            .env(crate::test::EP_LIBRARY_VAR, lib)
-            .env("PYTHONDONTWRITEBYTECODE", "1"),
+            .args(args),
     )
 }
 

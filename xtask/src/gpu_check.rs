@@ -86,7 +86,7 @@ pub fn run_check() -> Result<()> {
         fs::rename(compressed.with_extension("xz.tmp"), &compressed)?;
     }
 
-    banner("gpu-check: build the plugin and the overhead bench (release)");
+    banner("gpu-check: build the plugin and the overhead and small-model benches (release)");
     run(cargo().args(["build", "--release", "-p", "ortmlx-ep"]))?;
     run(cargo().args([
         "build",
@@ -95,6 +95,8 @@ pub fn run_check() -> Result<()> {
         "ortmlx-runtime",
         "--example",
         "overhead_bench",
+        "--example",
+        "small_bench",
     ]))?;
     let target = crate::util::target_dir().join("release");
 
@@ -110,13 +112,13 @@ pub fn run_check() -> Result<()> {
         &target.join("libonnxruntime_mlx_ep.so"),
         &lib.join("libonnxruntime_mlx_ep.so"),
     )?;
-    // `bench overhead --device gpu` runs this binary there (tests/gpu/device_run.sh perf).
+    // `bench overhead --device gpu` and `bench small --device gpu` run these binaries there
+    // (tests/gpu/device_run.sh perf and small).
     let bin = bundle.join("ortmlx_gpu/bin");
     fs::create_dir_all(&bin)?;
-    copy_stripped(
-        &target.join("examples/overhead_bench"),
-        &bin.join("overhead_bench"),
-    )?;
+    for example in ["overhead_bench", "small_bench"] {
+        copy_stripped(&target.join("examples").join(example), &bin.join(example))?;
+    }
     let mlxc = cache.join(format!(
         "mlx-{}-mlxc-{}-cpu/mlxc/lib/libmlxc.so",
         pins::MLX_VERSION,
@@ -170,7 +172,8 @@ pub fn run_check() -> Result<()> {
          1. carry [\".gpu/libmlx.so.xz.part-aa\"]: bash tests/gpu/device_stage.sh\n\
          2. carry [\".gpu/libmlx.so.xz.part-ab\", \".gpu/bundle.tar.xz\"]: bash tests/gpu/device_run.sh core\n\
          3. (same machine) bash tests/gpu/device_run.sh reliability, bash tests/gpu/device_run.sh bench,\n\
-            bash tests/gpu/device_run.sh perf (overhead bench and GQA decoders on the GPU)\n\
+            bash tests/gpu/device_run.sh perf (overhead bench and GQA decoders on the GPU),\n\
+            bash tests/gpu/device_run.sh small (bench small --device gpu: small models, EP vs plan vs ORT's CPU EP)\n\
          Results (pytest logs, EP log, gpu_bench.json) come back under $OUT; docs/benchmarks.md holds the table."
     );
     Ok(())

@@ -6,7 +6,7 @@
 //! cargo xtask demo         setup + build, then run a small encoder with the MLX EP vs the CPU EP
 //! cargo xtask test         setup + build, cargo test --workspace, then pytest against every pinned ORT
 //! cargo xtask conformance  ONNX's backend node suite through ORT with the MLX EP, per-case report
-//! cargo xtask bench bert | gemm | llm | overhead
+//! cargo xtask bench bert | gemm | llm | overhead | small
 //! ```
 //!
 //! Only std and `anyhow`: this binary is built on every `cargo xtask` call, so it stays small.
@@ -85,6 +85,12 @@ commands:
                         the EP's cost per run: its runtime against the same computation
                         written directly against the mlx crate (1 node, encoder layer, 6-layer
                         encoder, Llama decode step); target/bench/overhead.json
+  bench small [--device gpu] [--budget-ms <ms>] [--only <names>] [--explain]
+                        held-out-style small models (tests/python/small_graphs.py: GRU and
+                        LSTM steps, a VAD, a 2-layer seq2seq decoder step, a classifier):
+                        ORT's CPU EP, ORT + MLX EP, and the same plan run through the
+                        runtime directly; ep/plan and ep/cpu ratios; target/bench/small.json
+                        and small.md (the table of docs/benchmarks.md)
   gpu-check [--wheel]   stage .gpu/ for the NVIDIA device machine (see tests/gpu/); --wheel
                         stages the EP's CUDA wheel and the pinned mlx-cuda-13 wheel instead,
                         for tests/gpu/device_wheel.sh

@@ -17,6 +17,7 @@
 
 mod dtype;
 mod graph;
+pub mod proto;
 mod tensor;
 
 pub use dtype::DataType;

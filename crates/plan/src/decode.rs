@@ -122,7 +122,7 @@ impl Plan {
 
     /// The key of the shapeless closure that serves a run, or `None` when this run needs
     /// another path. Call only for a plan that is [`Plan::decode_compilable`]. A plan without
-    /// layout steps has the empty key (one closure serves every shape). Otherwise every layout
+    /// layout steps is keyed by its exact input shapes (and host-read values). Otherwise every layout
     /// step must be in the decode layout (see the module doc) with the same past and total
     /// length; the key then holds each layout step's batch and query length, and the input
     /// shapes with the dims that grow with the past (see [`DecodeKey::varying`]) as `-1`.
@@ -180,6 +180,9 @@ impl Plan {
             }
         }
         let Some((past_len, total)) = lengths else {
+            // Without layout steps nothing says which dims may vary: a trace serves the exact
+            // input shapes it was made for (its reshapes and slices are baked in).
+            key.shapes = shapes.to_vec();
             return Some(key);
         };
         key.shapes = shapes.to_vec();
@@ -204,7 +207,7 @@ pub struct DecodeKey {
     pub layout: Vec<i64>,
     /// The values that the steps other than the layout steps read on the host.
     pub read_values: Vec<Vec<u8>>,
-    /// The input shapes, with the dims in [`DecodeKey::varying`] as `-1` (empty for a plan
+    /// The input shapes, with the dims in [`DecodeKey::varying`] as `-1` (none vary in a plan
     /// without layout steps).
     pub shapes: Vec<Vec<i64>>,
     /// The (input, dim) pairs that grow with the past: dims not fixed in the declared shape

@@ -28,6 +28,7 @@ mod consts;
 mod decode;
 pub mod docs;
 mod fold;
+pub mod gemv;
 pub mod gqa;
 mod host;
 pub mod kernel;

@@ -130,6 +130,41 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// Adds a synthesised constant (no initializer behind it) in a new slot named `name`.
+    pub fn push_constant(&mut self, name: String, t: TensorData) -> Slot {
+        let slot = Slot(self.num_slots as u32);
+        self.num_slots += 1;
+        self.slots.push(SlotInfo {
+            name,
+            dtype: t.dtype,
+        });
+        self.constants.push((slot, t));
+        self.constant_sources.push(None);
+        slot
+    }
+
+    /// Drops the constants that no step and no output reads (after a rewrite replaced them).
+    pub fn drop_unread_constants(&mut self) {
+        let read: std::collections::HashSet<Slot> = self
+            .steps
+            .iter()
+            .flat_map(Step::inputs)
+            .chain(self.outputs.iter().copied())
+            .collect();
+        let keep: Vec<bool> = self
+            .constants
+            .iter()
+            .map(|(s, _)| read.contains(s))
+            .collect();
+        let mut k = keep.iter();
+        self.constants.retain(|_| *k.next().expect("same length"));
+        let mut k = keep.iter();
+        self.constant_sources
+            .retain(|_| *k.next().expect("same length"));
+    }
+}
+
+impl Plan {
     /// The most permissive compile mode the steps allow.
     pub fn compile_class(&self) -> CompileClass {
         let host_bound = self.host_known_slots();

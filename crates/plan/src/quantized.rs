@@ -6,11 +6,11 @@
 //! per group, in float32, then stored in the scales' dtype), transposed to `[K, N]`, and the
 //! step becomes a [`Step::MatMul`].
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use onnx_ir::{DataType, TensorData};
 
-use crate::plan::{Plan, SlotInfo};
+use crate::plan::Plan;
 use crate::step::{Slot, Step};
 
 /// The dequantized, transposed weight `[K, N]` of MLX's affine quantization: `w` holds
@@ -94,14 +94,8 @@ pub fn dequantize_quantized_matmuls(plan: &mut Plan) -> usize {
                 ) else {
                     continue;
                 };
-                let slot = Slot(plan.num_slots as u32);
-                plan.num_slots += 1;
-                plan.slots.push(SlotInfo {
-                    name: format!("{}'dequantized", plan.slots[w.index()].name),
-                    dtype: t.dtype,
-                });
-                plan.constants.push((slot, t));
-                plan.constant_sources.push(None);
+                let name = format!("{}'dequantized", plan.slots[w.index()].name);
+                let slot = plan.push_constant(name, t);
                 made.insert(key, slot);
                 slot
             }
@@ -110,22 +104,7 @@ pub fn dequantize_quantized_matmuls(plan: &mut Plan) -> usize {
         rewritten += 1;
     }
     if rewritten > 0 {
-        let read: HashSet<Slot> = plan
-            .steps
-            .iter()
-            .flat_map(Step::inputs)
-            .chain(plan.outputs.iter().copied())
-            .collect();
-        let keep: Vec<bool> = plan
-            .constants
-            .iter()
-            .map(|(s, _)| read.contains(s))
-            .collect();
-        let mut k = keep.iter();
-        plan.constants.retain(|_| *k.next().expect("same length"));
-        let mut k = keep.iter();
-        plan.constant_sources
-            .retain(|_| *k.next().expect("same length"));
+        plan.drop_unread_constants();
     }
     rewritten
 }

@@ -812,3 +812,44 @@ fn host_program_binds_symbols_and_checks_them() {
     let err = p.host.run(&[vec![2, 5], vec![3, 6]]).unwrap_err();
     assert!(err.contains("'s1'"), "{err}");
 }
+
+#[test]
+fn constant_matmul_weights_are_stored_transposed_for_the_gpu() {
+    // Two products share one 2-D weight, a third multiplies two run-time values.
+    let mut g = G::new(17);
+    g.input("x", DataType::Float, &[1, 3])
+        .input("y", DataType::Float, &[2, 4])
+        .init_f32("w", &[3, 2], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+        .output("p", DataType::Float, &[1, 2])
+        .output("q", DataType::Float, &[1, 2])
+        .output("r", DataType::Float, &[1, 4])
+        .value("xr", DataType::Float, &[1, 3]);
+    g.node("MatMul", &["x", "w"], &["p"]);
+    g.node("Relu", &["x"], &["xr"]);
+    g.node("MatMul", &["xr", "w"], &["q"]);
+    g.node("MatMul", &["p", "y"], &["r"]);
+    let mut p = plan_of(&g.build());
+    assert_eq!(plan::gemv::transpose_constant_weights(&mut p), 2);
+    assert_eq!(count(&p, |s| matches!(s, Step::MatMul { .. })), 1);
+    let bts: Vec<_> = p
+        .steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::MatMulTransposed { bt, .. } => Some(*bt),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(bts.len(), 2);
+    assert_eq!(bts[0], bts[1], "one transposed copy of the shared weight");
+    let (_, t) = p.constants.iter().find(|(s, _)| *s == bts[0]).unwrap();
+    assert_eq!(t.dims, vec![2, 3]);
+    assert_eq!(t.to_f64_vec().unwrap(), vec![1.0, 3.0, 5.0, 2.0, 4.0, 6.0]);
+    // The row-major original is read by nothing any more and is gone.
+    assert_eq!(
+        p.constants
+            .iter()
+            .filter(|(_, t)| t.dims == vec![3, 2])
+            .count(),
+        0
+    );
+}

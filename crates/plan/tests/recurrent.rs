@@ -3,7 +3,7 @@
 mod common;
 
 use common::*;
-use onnx_ir::{Attribute, DataType};
+use onnx_ir::{Attribute, DataType, TensorData};
 use plan::ops::recurrent::{Act as Activation, Kind as RecurrentKind, parse};
 use plan::{CompileClass, Plan, Registry, Step};
 
@@ -350,6 +350,179 @@ fn lstm_binds_every_input_and_output() {
             p.steps.iter().any(|s| s.inputs().contains(&input.slot)),
             "{} unread",
             input.name
+        );
+    }
+}
+
+/// The constant of `p` whose slot is named `name`, as f32 values with its dims.
+fn folded(p: &Plan, name: &str) -> (Vec<i64>, Vec<f32>) {
+    let (_, t) = p
+        .constants
+        .iter()
+        .find(|(s, _)| p.slots[s.index()].name == name)
+        .unwrap_or_else(|| panic!("no constant '{name}'"));
+    assert_eq!(t.dtype, DataType::Float, "{name}");
+    let v = t.to_f64_vec().unwrap().into_iter().map(|v| v as f32);
+    (t.dims.clone(), v.collect())
+}
+
+/// Top-level steps of `p` that rearrange weights: 2-D transposes and splits (X, Y and the
+/// states use neither in layout 0).
+fn weight_steps(p: &Plan) -> usize {
+    p.steps
+        .iter()
+        .filter(|s| match s {
+            Step::Transpose { perm, .. } => perm.as_ref().is_some_and(|p| p.len() == 2),
+            Step::Split { .. } => true,
+            _ => false,
+        })
+        .count()
+}
+
+/// Top-level casts of `p`.
+fn casts(p: &Plan) -> usize {
+    p.steps
+        .iter()
+        .filter(|s| matches!(s, Step::AsType { .. }))
+        .count()
+}
+
+/// `layer` with a bias (and LSTM peepholes), weights constant or graph inputs.
+fn layer_with_bias(op: &str, dirs: i64, constant: bool) -> G {
+    let mut g = layer(op, 5, dirs);
+    let gates = match op {
+        "RNN" => 1,
+        "GRU" => 3,
+        _ => 4,
+    };
+    g.weight("b", &[dirs, 2 * gates * 4]);
+    let mut inputs = vec!["x", "w", "r", "b"];
+    if op == "LSTM" {
+        g.weight("p", &[dirs, 12]);
+        inputs.extend(["", "", "", "p"]);
+    }
+    g.g.nodes[0].inputs = inputs.iter().map(|s| s.to_string()).collect();
+    if !constant {
+        for name in ["w", "r", "b", "p"] {
+            if let Some(t) = g.g.initializers.remove(name) {
+                g.input(name, DataType::Float, &t.dims);
+            }
+        }
+    }
+    g
+}
+
+#[test]
+fn constant_weights_fold_at_plan_time() {
+    for op in ["RNN", "GRU", "LSTM"] {
+        for dirs in [1, 2] {
+            let folded_plan = plan_of(&layer_with_bias(op, dirs, true).build());
+            let stepped = plan_of(&layer_with_bias(op, dirs, false).build());
+            // Constant W, R, B (and P): no transpose, split or concat of them on any run.
+            assert_eq!(weight_steps(&folded_plan), 0, "{op} dirs={dirs}");
+            assert!(
+                weight_steps(&stepped) >= 2 * dirs as usize,
+                "{op} dirs={dirs}"
+            );
+            assert!(
+                folded_plan.steps.len() < stepped.steps.len(),
+                "{op} dirs={dirs}: {} vs {} steps",
+                folded_plan.steps.len(),
+                stepped.steps.len()
+            );
+            // The loop reads the same number of per-direction values either way.
+            assert_eq!(loop_of(&folded_plan).args, loop_of(&stepped).args, "{op}");
+            assert_eq!(body(&folded_plan).steps, body(&stepped).steps, "{op}");
+        }
+    }
+    // LSTM forward with bias and peepholes: the squeezes of W, R, B and P, the transposes of
+    // W and R, the splits of B and P and the bias sum (9 steps) are gone.
+    let folded_plan = plan_of(&layer_with_bias("LSTM", 1, true).build());
+    let stepped = plan_of(&layer_with_bias("LSTM", 1, false).build());
+    assert_eq!((stepped.steps.len(), folded_plan.steps.len()), (18, 9));
+}
+
+#[test]
+fn folded_weights_hold_the_transposed_split_and_summed_values() {
+    // GRU, bidirectional, hidden 4, input 3: W [2, 12, 3], R [2, 12, 4], B [2, 24], each
+    // filled with 0.01 * i.
+    let p = plan_of(&layer_with_bias("GRU", 2, true).build());
+    let at = |i: usize| i as f32 * 0.01;
+    let (dims, wt) = folded(&p, "w[1]^T'");
+    assert_eq!(dims, vec![3, 12]);
+    for (k, &v) in wt.iter().enumerate() {
+        let (i, g) = (k / 12, k % 12);
+        assert_eq!(v, at(36 + g * 3 + i), "W[1]^T[{i}, {g}]");
+    }
+    let (dims, zr) = folded(&p, "r[0]^T.zr'");
+    assert_eq!(dims, vec![4, 8]);
+    assert_eq!(zr[8 + 3], at(3 * 4 + 1), "R[0]^T[1, 3] = R[0][3, 1]");
+    let (dims, hh) = folded(&p, "r[1]^T.h'");
+    assert_eq!(dims, vec![4, 4]);
+    assert_eq!(
+        hh[2 * 4 + 1],
+        at(48 + (8 + 1) * 4 + 2),
+        "R[1]^T.h[2, 1] = R[1][9, 2]"
+    );
+    // Bias of direction 1: Wb_zr + Rb_zr, then Wb_h; Rb_h apart.
+    let (dims, bias) = folded(&p, "b[1].bias'");
+    assert_eq!(dims, vec![12]);
+    for (j, &v) in bias.iter().enumerate() {
+        let want = if j < 8 {
+            at(24 + j) + at(36 + j)
+        } else {
+            at(24 + j)
+        };
+        assert_eq!(v, want, "bias[{j}]");
+    }
+    assert_eq!(
+        folded(&p, "b[1].Rb_h'").1,
+        (44..48).map(at).collect::<Vec<_>>()
+    );
+    // LSTM peepholes of direction 1: i | o | f.
+    let p = plan_of(&layer_with_bias("LSTM", 2, true).build());
+    assert_eq!(
+        folded(&p, "p[1].o'").1,
+        (16..20).map(at).collect::<Vec<_>>()
+    );
+    let (_, bias) = folded(&p, "b[0].bias'");
+    assert_eq!(bias[5], at(5) + at(21));
+}
+
+#[test]
+fn half_weights_fold_to_their_float32_values() {
+    for dt in [DataType::Float16, DataType::BFloat16] {
+        let mut g = layer("LSTM", 3, 1);
+        g.g.inputs[0] = onnx_ir::ValueInfo::new("x", dt, dims(&[3, 2, 3]));
+        for o in &mut g.g.outputs {
+            o.dtype = Some(dt);
+        }
+        for name in ["w", "r"] {
+            let t = g.g.initializers.remove(name).unwrap();
+            let bytes: Vec<u8> = t
+                .to_f64_vec()
+                .unwrap()
+                .into_iter()
+                .flat_map(|v| match dt {
+                    DataType::Float16 => plan::f32_to_f16_bits(v as f32).to_le_bytes(),
+                    _ => plan::f32_to_bf16_bits(v as f32).to_le_bytes(),
+                })
+                .collect();
+            g.init(name, TensorData::new(dt, t.dims.clone(), bytes).unwrap());
+        }
+        let half_r = g.g.initializers["r"].to_f64_vec().unwrap();
+        let p = plan_of(&g.build());
+        assert_eq!(weight_steps(&p), 0, "{dt}");
+        // X in, Y and Y_h out: W and R need no cast on a run.
+        assert_eq!(casts(&p), 3, "{dt}");
+        let (dims, rt) = folded(&p, "r[0]^T'");
+        assert_eq!(dims, vec![4, 16]);
+        // R^T[1, 5] = R[5, 1], widened exactly.
+        assert_eq!(rt[16 + 5], half_r[5 * 4 + 1] as f32, "{dt}");
+        assert_ne!(
+            rt[16 + 5],
+            (0.01f64 * 21.0) as f32,
+            "{dt}: rounded to half precision"
         );
     }
 }

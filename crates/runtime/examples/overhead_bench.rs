@@ -31,6 +31,9 @@ use mlx::{Array, Closure, Device, Dtype, Stream, fast, ops};
 use onnx_ir::{Attribute, DataType, Dim, Graph, Node, TensorData, ValueInfo};
 use runtime::{DeviceKind, Executable, InputTensor, RuntimeOptions};
 
+mod bench_common;
+use bench_common::{Timer, median_phases};
+
 type MlxResult<T> = mlx::Result<T>;
 /// The raw computation: input arrays (plan input order) to output arrays (plan output order).
 type RawFn = Box<dyn FnMut(&[Array], &Stream) -> MlxResult<Vec<Array>> + Send>;
@@ -902,35 +905,6 @@ fn decode_step(past: i64) -> Workload {
 // ---------------------------------------------------------------------------------------------
 // timing
 
-struct Timer {
-    budget_s: f64,
-}
-
-impl Timer {
-    /// Median seconds per call of `f` after `warmup` calls, over at least 5 and at most 1000
-    /// calls or the time budget.
-    fn median(
-        &self,
-        warmup: usize,
-        f: &mut dyn FnMut() -> Result<(), String>,
-    ) -> Result<f64, String> {
-        for _ in 0..warmup {
-            f()?;
-        }
-        let mut times = Vec::new();
-        let start = Instant::now();
-        while times.len() < 5
-            || (times.len() < 1000 && start.elapsed().as_secs_f64() < self.budget_s)
-        {
-            let t = Instant::now();
-            f()?;
-            times.push(t.elapsed().as_secs_f64());
-        }
-        times.sort_by(|a, b| a.total_cmp(b));
-        Ok(times[times.len() / 2])
-    }
-}
-
 fn upload(inputs: &[(DataType, Vec<i64>, Vec<u8>)]) -> MlxResult<Vec<Array>> {
     inputs
         .iter()
@@ -1127,30 +1101,6 @@ fn measure(w: &Workload, device: DeviceKind, timer: &Timer) -> Result<Measured, 
         other_phases,
         raw_phases,
     })
-}
-
-/// Where the EP's run time goes: the median of each phase over a few more runs.
-fn median_phases(
-    exe: &Executable,
-    inputs: &[InputTensor<'_>],
-) -> Result<Vec<(&'static str, u32)>, String> {
-    let mut samples: Vec<[(&'static str, u32); 5]> = Vec::new();
-    for _ in 0..9 {
-        exe.run(inputs).map_err(|e| e.to_string())?;
-        if let Some(last) = exe.run_stats().last {
-            samples.push(last.phases.named());
-        }
-    }
-    let Some(first) = samples.first() else {
-        return Ok(Vec::new());
-    };
-    Ok((0..first.len())
-        .map(|k| {
-            let mut v: Vec<u32> = samples.iter().map(|s| s[k].1).collect();
-            v.sort_unstable();
-            (first[k].0, v[v.len() / 2])
-        })
-        .collect())
 }
 
 fn main() {

@@ -190,11 +190,18 @@ pub(crate) fn gqa_positions_on_device(
     ops::add(&k, &steps, s).map_err(err)
 }
 
-/// Device-specific rewrites of a plan before its constants are made: on the CPU stream,
+/// Device-specific rewrites of a plan before its constants are made: on the GPU stream, matmul
+/// weights are stored transposed for MLX's GEMV (`plan::gemv`); on the CPU stream,
 /// quantized matmuls over constant weights become float matmuls over weights dequantized
 /// once (MLX's CPU quantized matmul is scalar code; BLAS is far faster at the cost of float
 /// weights in memory). `ORTMLX_CPU_QUANTIZED_MATMUL=1` keeps MLX's quantized matmul.
 pub(crate) fn prepare_plan(mut plan: plan::Plan, on_gpu: bool) -> plan::Plan {
+    if on_gpu {
+        let n = plan::gemv::transpose_constant_weights(&mut plan);
+        if n > 0 {
+            log::debug!("{n} matmul weight(s) stored transposed for the GPU's GEMV");
+        }
+    }
     let keep = crate::config().cpu_quantized_matmul;
     if !on_gpu && !keep {
         let n = plan::quantized::dequantize_quantized_matmuls(&mut plan);

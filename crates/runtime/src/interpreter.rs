@@ -408,6 +408,10 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
         }
         AsType { x, dtype, .. } => ops::astype(slots.get(*x)?, to_mlx(*dtype)?, s).map_err(err)?,
         MatMul { a, b, .. } => ops::matmul(slots.get(*a)?, slots.get(*b)?, s).map_err(err)?,
+        MatMulTransposed { a, bt, .. } => {
+            let b = ops::transpose_axes(slots.get(*bt)?, &[1, 0], s).map_err(err)?;
+            ops::matmul(slots.get(*a)?, &b, s).map_err(err)?
+        }
         Addmm {
             c,
             a,

@@ -62,20 +62,25 @@ fn matmul_add_relu_matches_host_math() {
         .insert("w".into(), TensorData::from_f32(vec![3, 2], &w));
     g.initializers
         .insert("b".into(), TensorData::from_f32(vec![2], &b));
-    let exe = executable(&g);
-    for n in [1usize, 4] {
-        let x: Vec<f32> = (0..n * 3).map(|i| i as f32 * 0.5 - 1.0).collect();
-        let dims = [n as i64, 3];
-        let bytes = f32_bytes(&x);
-        let out = exe.run(&[input(DataType::Float, &dims, &bytes)]).unwrap();
-        assert_eq!(out.len(), 1);
-        assert_eq!(out[0].dims, vec![n as i64, 2]);
-        assert_eq!(out[0].dtype, DataType::Float);
-        let got = f32s(out[0].data());
-        for r in 0..n {
-            for c in 0..2 {
-                let z: f32 = (0..3).map(|k| x[r * 3 + k] * w[k * 2 + c]).sum::<f32>() + b[c];
-                assert!((got[r * 2 + c] - z.max(0.0)).abs() < 1e-6);
+    // As planned, and with the weight stored transposed as the GPU stream stores it.
+    let mut transposed = plan::build_plan(&g, &plan::Registry::default()).expect("plan");
+    assert_eq!(plan::gemv::transpose_constant_weights(&mut transposed), 1);
+    let transposed = Executable::new(transposed, &RuntimeOptions::default()).expect("executable");
+    for exe in [executable(&g), transposed] {
+        for n in [1usize, 4] {
+            let x: Vec<f32> = (0..n * 3).map(|i| i as f32 * 0.5 - 1.0).collect();
+            let dims = [n as i64, 3];
+            let bytes = f32_bytes(&x);
+            let out = exe.run(&[input(DataType::Float, &dims, &bytes)]).unwrap();
+            assert_eq!(out.len(), 1);
+            assert_eq!(out[0].dims, vec![n as i64, 2]);
+            assert_eq!(out[0].dtype, DataType::Float);
+            let got = f32s(out[0].data());
+            for r in 0..n {
+                for c in 0..2 {
+                    let z: f32 = (0..3).map(|k| x[r * 3 + k] * w[k * 2 + c]).sum::<f32>() + b[c];
+                    assert!((got[r * 2 + c] - z.max(0.0)).abs() < 1e-6);
+                }
             }
         }
     }

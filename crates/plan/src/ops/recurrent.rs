@@ -20,6 +20,9 @@ use crate::step::{ReshapeTarget, ScanAxis, ShapeSource};
 
 mod cell;
 mod spec;
+mod weights;
+
+use weights::weights;
 
 pub use spec::{Activation as Act, RecurrentKind as Kind, RecurrentSpec as Spec};
 
@@ -392,16 +395,13 @@ fn lower(ctx: &mut LowerCtx, node: &Node, kind: Kind) -> Result<(), PlanError> {
     };
     let x = load(ctx, node, 0)?;
     let x = to_layout0(ctx, x).expect("required");
-    let w = load(ctx, node, 1)?.expect("required");
-    let r = load(ctx, node, 2)?.expect("required");
-    let b = load(ctx, node, 3)?;
     let h0 = load(ctx, node, 5)?;
     let h0 = to_layout0(ctx, h0);
-    let (c0, p) = if kind == Kind::Lstm {
+    let c0 = if kind == Kind::Lstm {
         let c0 = load(ctx, node, 6)?;
-        (to_layout0(ctx, c0), load(ctx, node, 7)?)
+        to_layout0(ctx, c0)
     } else {
-        (None, None)
+        None
     };
     // A constant sequence_lens equal to a static seq_length everywhere masks nothing.
     let full = seq_length(ctx.graph(), node).is_some_and(|t| {
@@ -411,55 +411,27 @@ fn lower(ctx: &mut LowerCtx, node: &Node, kind: Kind) -> Result<(), PlanError> {
     });
     let lens = if full { None } else { ctx.opt_input(node, 4)? };
 
-    // Per direction: X W^T + the biases outside the recurrence [T, B, G*H], and the values a
-    // time step reads.
-    let ws = per_direction(ctx, w, dirs);
-    let rs = per_direction(ctx, r, dirs);
-    let bs = b.map(|b| per_direction(ctx, b, dirs));
-    let ps = p.map(|p| per_direction(ctx, p, dirs));
+    // Per direction: W^T, the biases outside the recurrence and the values a time step reads,
+    // folded at plan time from constant weights, else computed by steps.
+    let w = weights(ctx, node, &spec)?;
     let mut xws = Vec::with_capacity(dirs);
     let mut dir_args = Vec::with_capacity(dirs);
     for d in 0..dirs {
-        let wt = transpose2(ctx, ws[d]);
         let mut xw = ctx.temp(F);
         ctx.push(Step::MatMul {
             a: x,
-            b: wt,
+            b: w.wt[d],
             out: xw,
         });
-        let mut rb_h = None;
-        if let Some(bs) = &bs {
-            let wr = split(ctx, bs[d], 0, None, 2);
-            let bias = if kind == Kind::Gru {
-                // Rb_h adds inside the reset gate's product; the others add up front.
-                let zr_h = Some(vec![2 * hs, hs]);
-                let wb = split(ctx, wr[0], 0, zr_h.clone(), 2);
-                let rb = split(ctx, wr[1], 0, zr_h, 2);
-                rb_h = Some(rb[1]);
-                let zr = ctx.binary(BinaryOp::Add, wb[0], rb[0], F);
-                concat(ctx, vec![zr, wb[1]], 0)
-            } else {
-                ctx.binary(BinaryOp::Add, wr[0], wr[1], F)
-            };
+        if let Some(bias) = w.bias.as_ref().map(|b| b[d]) {
             xw = ctx.binary(BinaryOp::Add, xw, bias, F);
         }
         xws.push(xw);
-        let rt = transpose2(ctx, rs[d]);
-        let (rt, rt_h) = if kind == Kind::Gru {
-            let parts = split(ctx, rt, 1, Some(vec![2 * hs, hs]), 2);
-            (parts[0], Some(parts[1]))
-        } else {
-            (rt, None)
-        };
-        let peep = ps.as_ref().map(|ps| {
-            let v = split(ctx, ps[d], 0, None, 3);
-            [v[0], v[1], v[2]]
-        });
         dir_args.push(DirArgs {
-            rt,
-            rt_h,
-            rb_h,
-            peep,
+            rt: w.rt[d],
+            rt_h: w.rt_h.as_ref().map(|v| v[d]),
+            rb_h: w.rb_h.as_ref().map(|v| v[d]),
+            peep: w.peep.as_ref().map(|v| v[d]),
         });
     }
 

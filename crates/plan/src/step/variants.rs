@@ -59,6 +59,17 @@ define_steps! {
             /// Output.
             write out: Slot,
         } shapeless: true,
+        /// `out = mlx_matmul(a, mlx_transpose(bt))`: a matmul whose right operand is stored
+        /// transposed (`bt` is `[N, K]`), the layout MLX's CUDA GEMV reads (see
+        /// `plan::gemv`).
+        MatMulTransposed {
+            /// Left operand.
+            read a: Slot,
+            /// Right operand, transposed (2-D).
+            read bt: Slot,
+            /// Output.
+            write out: Slot,
+        } shapeless: true,
         /// `out = mlx_addmm(c, a, b, alpha, beta)` = `alpha * a@b + beta * c`.
         Addmm {
             /// Added term (broadcast to the product's shape).
