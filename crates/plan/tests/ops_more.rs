@@ -739,3 +739,54 @@ fn non_max_suppression_is_one_eager_host_step() {
     g.node("NonMaxSuppression", &["b", "s", "t"], &["y3"]);
     declined(&g, 2, "input 2 has element type");
 }
+
+#[test]
+fn resize_nearest_gathers_constant_or_kernel_indices() {
+    let nearest = |shape: &[i64]| {
+        let mut g = G::new(19);
+        g.input("x", DataType::Float, shape);
+        g.init_f32("scales", &[4], &[1.0, 1.0, 2.0, 0.5]);
+        g.output_any("y", DataType::Float);
+        g.node("Resize", &["x", "", "scales"], &["y"])
+            .attr("mode", string("nearest"));
+        plan_of(&g.build())
+    };
+    // Known shape: constant indices, a shapeless plan.
+    let p = nearest(&[1, 2, 3, 4]);
+    assert_eq!(count(&p, |s| matches!(s, Step::Take { .. })), 2);
+    assert_eq!(count(&p, |s| matches!(s, Step::HostKernel { .. })), 0);
+    assert_eq!(p.compile_class(), CompileClass::Shapeless);
+    // Unknown batch and channels (scale 1): still constant.
+    let p = nearest(&[-1, -1, 3, 4]);
+    assert_eq!(count(&p, |s| matches!(s, Step::HostKernel { .. })), 0);
+    // Unknown spatial dims: the kernel's indices for axes 2 and 3.
+    let p = nearest(&[1, 2, -1, -1]);
+    assert_eq!(count(&p, |s| matches!(s, Step::Take { .. })), 2);
+    let Some(Step::HostKernel { kernel, attrs, .. }) = p
+        .steps
+        .iter()
+        .find(|s| matches!(s, Step::HostKernel { .. }))
+    else {
+        panic!("no host kernel:\n{p}");
+    };
+    assert_eq!(kernel, "resize_nearest_indices");
+    let inputs = [
+        Some(TensorData::from_i64(vec![4], &[1, 2, 3, 4])),
+        Some(TensorData::from_f32(vec![4], &[1.0, 1.0, 2.0, 0.5])),
+        None,
+    ];
+    let out = plan::run_host_kernel(kernel, &inputs, attrs).unwrap();
+    assert_eq!(out.len(), 2);
+    // half_pixel, round_prefer_floor: 3 -> 6, and 4 -> 2 (sources 0.5 and 2.5 round down).
+    assert_eq!(out[0].to_i64_vec().unwrap(), vec![0, 0, 1, 1, 2, 2]);
+    assert_eq!(out[1].to_i64_vec().unwrap(), vec![0, 2]);
+    // Same size: identity indices on both axes.
+    let same = [
+        inputs[0].clone(),
+        Some(TensorData::from_f32(vec![4], &[1.0, 1.0, 1.0, 1.0])),
+        None,
+    ];
+    let out = plan::run_host_kernel(kernel, &same, attrs).unwrap();
+    assert_eq!(out[0].to_i64_vec().unwrap(), vec![0, 1, 2]);
+    assert_eq!(out[1].to_i64_vec().unwrap(), vec![0, 1, 2, 3]);
+}

@@ -609,17 +609,6 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
             let d = Array::from_slice(&data, &shape).map_err(err)?;
             ops::astype(&d, to_mlx(*dtype)?, s).map_err(err)?
         }
-        ResizeNearest { x, spec, .. } => {
-            let shape = shape_i64(slots.get(*x)?);
-            let gathers = spec.resolve(&shape, &mut Host { slots }).map_err(err)?;
-            let mut cur = slots.get(*x)?.clone();
-            for (axis, idx) in gathers {
-                let n = idx.len() as i32;
-                let idx = Array::from_slice(&idx, &[n]).map_err(err)?;
-                cur = ops::take_axis(&cur, &idx, axis, s).map_err(err)?;
-            }
-            cur
-        }
         Shape { x, start, end, .. } => {
             let shape = shape_i64(slots.get(*x)?);
             let range = plan::step::shape_range(shape.len(), *start, *end);

@@ -516,14 +516,13 @@ fn claim_resize(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
     if node.input(2).is_none() && node.input(3).is_none() {
         decline!("Resize: neither scales nor sizes is given");
     }
-    Ok(())
+    super::resize::check_nearest(ctx, node)
 }
 
 fn lower_resize(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     if super::resize::is_interp(node) {
         return super::resize::lower_interp(ctx, node);
     }
-    let dt = ctx.input_dtype(node, 0)?;
     let (ct, nm) = resize_modes(node).or_invalid(node)?;
     let scales = match node.input(2) {
         None => None,
@@ -547,19 +546,13 @@ fn lower_resize(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     } else {
         None
     };
-    let x = ctx.input(node, 0)?;
-    let out = ctx.temp(dt);
-    ctx.push(Step::ResizeNearest {
-        x,
-        spec: ResizeSpec {
-            coordinate_transform: ct,
-            nearest_mode: nm,
-            scales,
-            sizes,
-            axes,
-            policy: super::resize::aspect_policy(node, ctx.opset()).or_invalid(node)?,
-        },
-        out,
-    });
-    ctx.finish(node, 0, out, dt)
+    let spec = ResizeSpec {
+        coordinate_transform: ct,
+        nearest_mode: nm,
+        scales,
+        sizes,
+        axes,
+        policy: super::resize::aspect_policy(node, ctx.opset()).or_invalid(node)?,
+    };
+    super::resize::lower_nearest(ctx, node, &spec)
 }

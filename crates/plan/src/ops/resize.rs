@@ -23,9 +23,11 @@ pub fn register(r: &mut Registry) {
     r.op("", "Resize", 10, 10, claim_legacy, lower_legacy);
     r.op("", "Upsample", 7, 9, claim_legacy, lower_legacy);
     r.kernel(TABLES_KERNEL, tables_kernel);
+    r.kernel(NEAREST_KERNEL, nearest_kernel);
 }
 
 const TABLES_KERNEL: &str = "resize_tables";
+const NEAREST_KERNEL: &str = "resize_nearest_indices";
 
 /// Opset 18 `keep_aspect_ratio_policy` (stretch before).
 pub(crate) fn aspect_policy(node: &Node, opset: i64) -> Result<AspectPolicy, String> {
@@ -418,15 +420,6 @@ fn static_args(spec: &InterpSpec, known: &[Option<i64>]) -> Option<crate::step::
         return None;
     }
     let dims: Vec<i64> = known.iter().map(|d| d.unwrap_or(1)).collect();
-    struct NoHost;
-    impl crate::HostReader for NoHost {
-        fn ints(&mut self, _: Slot) -> Result<Vec<i64>, String> {
-            Err("dynamic".into())
-        }
-        fn floats(&mut self, _: Slot) -> Result<Vec<f64>, String> {
-            Err("dynamic".into())
-        }
-    }
     let args = spec.resolve(&dims, &mut NoHost).ok()?;
     args.axes
         .iter()
@@ -658,11 +651,7 @@ fn tables_kernel(
             extrapolation: attrs.get_float("extrapolation")? as f32,
         },
     };
-    let policy = match attrs.get_int("policy")? {
-        0 => AspectPolicy::Stretch,
-        1 => AspectPolicy::NotLarger,
-        _ => AspectPolicy::NotSmaller,
-    };
+    let policy = policy_of(attrs.get_int("policy")?);
     let spec = InterpSpec {
         mode,
         coordinates,
@@ -711,15 +700,6 @@ fn tables_kernel(
             InterpCoordinates::Transform(_) => None,
         },
     };
-    struct NoHost;
-    impl crate::HostReader for NoHost {
-        fn ints(&mut self, s: Slot) -> Result<Vec<i64>, String> {
-            Err(format!("resize_tables: no host value of {s:?}"))
-        }
-        fn floats(&mut self, s: Slot) -> Result<Vec<f64>, String> {
-            Err(format!("resize_tables: no host value of {s:?}"))
-        }
-    }
     let args = spec.resolve(&shape, &mut NoHost)?;
     let tables = args.fit(&layout, &shape)?;
     let mut out = Vec::new();
@@ -808,6 +788,8 @@ fn claim_legacy(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
         }
         if linear {
             check_layout(ctx, node, &legacy_linear(FloatSource::Dynamic(Slot(0))))?;
+        } else {
+            check_nearest(ctx, node)?;
         }
         return Ok(());
     };
@@ -818,6 +800,7 @@ fn claim_legacy(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
         decline!("Upsample: scales {scales:?} below 1 are rejected by ONNX Runtime");
     }
     if !linear {
+        check_nearest(ctx, node)?;
         let down = scales.iter().any(|&s| (s as f32) < 1.0);
         let up = scales.iter().any(|&s| (s as f32) > 1.0);
         if down && up {
@@ -848,7 +831,6 @@ fn legacy_linear(scales: FloatSource) -> InterpSpec {
 }
 
 fn lower_legacy(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
-    let dt = ctx.input_dtype(node, 0)?;
     let linear = legacy_mode(node).or_invalid(node)?;
     let constant = ctx.const_input(node, 1).and_then(|t| t.to_f64_vec());
     let (scales, down) = match legacy_scales(node, constant, ctx.opset()).or_invalid(node)? {
@@ -861,24 +843,186 @@ fn lower_legacy(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     if linear {
         return emit(ctx, node, legacy_linear(scales));
     }
-    let x = ctx.input(node, 0)?;
-    let out = ctx.temp(dt);
-    ctx.push(Step::ResizeNearest {
-        x,
-        spec: ResizeSpec {
-            coordinate_transform: CoordinateTransform::Asymmetric,
-            // Coordinates are non-negative here: truncation is floor.
-            nearest_mode: if down {
-                NearestMode::Ceil
-            } else {
-                NearestMode::Floor
-            },
-            scales: Some(scales),
-            sizes: None,
-            axes: None,
-            policy: AspectPolicy::Stretch,
+    let spec = ResizeSpec {
+        coordinate_transform: CoordinateTransform::Asymmetric,
+        // Coordinates are non-negative here: truncation is floor.
+        nearest_mode: if down {
+            NearestMode::Ceil
+        } else {
+            NearestMode::Floor
         },
-        out,
-    });
-    ctx.finish(node, 0, out, dt)
+        scales: Some(scales),
+        sizes: None,
+        axes: None,
+        policy: AspectPolicy::Stretch,
+    };
+    lower_nearest(ctx, node, &spec)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Nearest.
+
+/// The claim's check of a nearest resize: the input rank must be known (the gathers are laid
+/// out per axis at plan time).
+pub(crate) fn check_nearest(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
+    let name = node.input(0).unwrap_or("");
+    if ctx.constant(name).is_none() && ctx.rank(name).is_none() {
+        decline!("Resize: nearest needs the input rank known at plan time");
+    }
+    Ok(())
+}
+
+/// A nearest resize: one `Take` per axis that changes, of constant indices when the input's
+/// dims and the scales / sizes are known at plan time (no gather: the input itself); else of
+/// indices that the host kernel `resize_nearest_indices` computes per run from the input's
+/// shape and the host values, for every axis some run may resize (the identity where a run
+/// does not).
+pub(crate) fn lower_nearest(
+    ctx: &mut LowerCtx,
+    node: &Node,
+    spec: &ResizeSpec,
+) -> Result<(), PlanError> {
+    let dt = ctx.input_dtype(node, 0)?;
+    let x = ctx.input(node, 0)?;
+    let Some(known) = known_dims(ctx.shape_of(node.input(0).unwrap_or(""))) else {
+        invalid!(node, "Resize: the input rank is unknown");
+    };
+    let dynamic = matches!(spec.scales, Some(FloatSource::Dynamic(_)))
+        || matches!(spec.sizes, Some(ShapeSource::Dynamic(_)));
+    let axes = spec.gather_axes(&known).or_invalid(node)?;
+    let gathers: Vec<(i32, Slot)> = if !dynamic && axes.iter().all(|&a| known[a].is_some()) {
+        let dims: Vec<i64> = known.iter().map(|d| d.unwrap_or(1)).collect();
+        let g = spec.resolve(&dims, &mut NoHost).or_invalid(node)?;
+        g.into_iter()
+            .map(|(axis, idx)| (axis, ctx.const_i32(vec![idx.len() as i64], &idx)))
+            .collect()
+    } else {
+        let inputs = vec![
+            HostArg::ShapeOf(x),
+            match &spec.scales {
+                Some(FloatSource::Static(v)) => HostArg::Const(TensorData::from_f32(
+                    vec![v.len() as i64],
+                    &v.iter().map(|&x| x as f32).collect::<Vec<_>>(),
+                )),
+                Some(FloatSource::Dynamic(s)) => HostArg::Value(*s),
+                None => HostArg::Absent,
+            },
+            match &spec.sizes {
+                Some(ShapeSource::Static(v)) => {
+                    HostArg::Const(TensorData::from_i64(vec![v.len() as i64], v))
+                }
+                Some(ShapeSource::Dynamic(s)) => HostArg::Value(*s),
+                None => HostArg::Absent,
+            },
+        ];
+        let mut attrs = KernelAttrs::new()
+            .int("transform", transform_code(Some(spec.coordinate_transform)))
+            .int("nearest_mode", nearest_code(spec.nearest_mode))
+            .int("policy", policy_code(spec.policy))
+            .int("rank", known.len() as i64)
+            .ints("gather_axes", axes.iter().map(|&a| a as i64).collect());
+        if let Some(a) = &spec.axes {
+            attrs = attrs.ints("axes", a.clone());
+        }
+        let dtypes = vec![DataType::Int32; axes.len()];
+        let outs = ctx.host_kernel(node, NEAREST_KERNEL, inputs, attrs, &dtypes)?;
+        axes.iter().map(|&a| a as i32).zip(outs).collect()
+    };
+    if gathers.is_empty() {
+        ctx.alias(node, 0, x);
+        return Ok(());
+    }
+    let mut cur = x;
+    for (axis, indices) in gathers {
+        cur = ctx.emit(dt, |out| Step::Take {
+            x: cur,
+            indices,
+            axis,
+            out,
+        });
+    }
+    ctx.finish(node, 0, cur, dt)
+}
+
+/// A host reader with no values (everything it is asked is static).
+struct NoHost;
+
+impl crate::HostReader for NoHost {
+    fn ints(&mut self, s: Slot) -> Result<Vec<i64>, String> {
+        Err(format!("Resize: no host value of {s:?}"))
+    }
+    fn floats(&mut self, s: Slot) -> Result<Vec<f64>, String> {
+        Err(format!("Resize: no host value of {s:?}"))
+    }
+}
+
+fn nearest_code(m: NearestMode) -> i64 {
+    match m {
+        NearestMode::RoundPreferFloor => 0,
+        NearestMode::RoundPreferCeil => 1,
+        NearestMode::Floor => 2,
+        NearestMode::Ceil => 3,
+    }
+}
+
+fn policy_of(code: i64) -> AspectPolicy {
+    match code {
+        0 => AspectPolicy::Stretch,
+        1 => AspectPolicy::NotLarger,
+        _ => AspectPolicy::NotSmaller,
+    }
+}
+
+/// The gather indices of a nearest Resize for one run: inputs the input's shape (int64),
+/// `scales` and `sizes` (each may be absent); attributes the node's coordinate transform,
+/// nearest mode, aspect policy and `axes`, and the plan's `gather_axes`. One int32 index vector
+/// per gather axis ([`ResizeSpec::indices`]).
+fn nearest_kernel(
+    inputs: &[Option<TensorData>],
+    attrs: &KernelAttrs,
+) -> Result<Vec<TensorData>, String> {
+    let shape = i64s(input(inputs, 0)?)?;
+    let rank = attrs.get_int("rank")?;
+    if shape.len() as i64 != rank {
+        return Err(format!(
+            "resize_nearest_indices: an input of shape {shape:?} for a rank-{rank} plan"
+        ));
+    }
+    let nearest_mode = match attrs.get_int("nearest_mode")? {
+        0 => NearestMode::RoundPreferFloor,
+        1 => NearestMode::RoundPreferCeil,
+        2 => NearestMode::Floor,
+        _ => NearestMode::Ceil,
+    };
+    let Some(coordinate_transform) = transform_of(attrs.get_int("transform")?)? else {
+        return Err("resize_nearest_indices: no coordinate transform".into());
+    };
+    let spec = ResizeSpec {
+        coordinate_transform,
+        nearest_mode,
+        scales: opt_input(inputs, 1)
+            .map(f64s)
+            .transpose()?
+            .filter(|v| !v.is_empty())
+            .map(FloatSource::Static),
+        sizes: opt_input(inputs, 2)
+            .map(i64s)
+            .transpose()?
+            .filter(|v| !v.is_empty())
+            .map(ShapeSource::Static),
+        axes: attrs.get_ints("axes").ok().map(<[i64]>::to_vec),
+        policy: policy_of(attrs.get_int("policy")?),
+    };
+    let axes: Vec<usize> = attrs
+        .get_ints("gather_axes")?
+        .iter()
+        .map(|&a| a as usize)
+        .collect();
+    spec.indices(&shape, &axes, &mut NoHost)?
+        .into_iter()
+        .map(|idx| {
+            let bytes: Vec<u8> = idx.iter().flat_map(|v| v.to_le_bytes()).collect();
+            TensorData::new(DataType::Int32, vec![idx.len() as i64], bytes)
+        })
+        .collect()
 }

@@ -51,7 +51,8 @@ pub use random::{RandomDist, random_base, random_draw_seed};
 pub use resize_interp::{
     AspectPolicy, AxisTables, InterpArgs, InterpAxis, InterpCoordinates, InterpLayout, InterpMode,
     InterpSpec, LayoutAxis, MAX_LAYOUT_TAPS, antialias_taps, cubic_coeffs, interpolated_axes,
-    interpolated_axes_for, resize_output, resize_target, resized_length, source_coordinate,
+    interpolated_axes_for, known_scales, resize_output, resize_target, resized_length,
+    source_coordinate,
 };
 pub use roi_align::{RoiAlignSpec, RoiSamples};
 pub use tfidf_mel::{MEL_TYPES, TfIdfMode, TfIdfSpec, mel_weight_matrix};

@@ -24,9 +24,7 @@
 //! [`Step`]: super::Step
 //! [`Step::is_shapeless`]: super::Step::is_shapeless
 
-use super::{
-    FloatSource, PadSpec, ReduceAxes, ReshapeTarget, ResizeSpec, ShapeSource, SliceSpec, Slot,
-};
+use super::{FloatSource, PadSpec, ReduceAxes, ReshapeTarget, ShapeSource, SliceSpec, Slot};
 use crate::host::HostArg;
 
 /// The slots held by a step field of one role, in a fixed order.
@@ -130,16 +128,6 @@ impl Slots for PadSpec {
             pads.each_mut(f);
             axes.each_mut(f);
         }
-    }
-}
-
-impl Slots for ResizeSpec {
-    fn each(&self, f: &mut dyn FnMut(Slot)) {
-        self.host_reads().into_iter().for_each(f)
-    }
-    fn each_mut(&mut self, f: &mut dyn FnMut(&mut Slot)) {
-        self.scales.each_mut(f);
-        self.sizes.each_mut(f);
     }
 }
 

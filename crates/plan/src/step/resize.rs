@@ -3,7 +3,8 @@
 use std::fmt;
 
 use super::{
-    AspectPolicy, FloatSource, HostReader, ShapeSource, Slot, resize_target, source_coordinate,
+    AspectPolicy, FloatSource, HostReader, ShapeSource, known_scales, resize_target,
+    source_coordinate,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -117,13 +118,50 @@ impl ResizeSpec {
         Ok(out)
     }
 
-    /// Slots read on the host by [`ResizeSpec::resolve`].
-    pub fn host_reads(&self) -> Vec<Slot> {
-        self.scales
-            .as_ref()
-            .and_then(FloatSource::dynamic_slot)
-            .into_iter()
-            .chain(self.sizes.as_ref().and_then(ShapeSource::dynamic_slot))
+    /// The axes some run of an input whose dims are `known` may gather: those whose scale is
+    /// not known to be 1 (see [`known_scales`]).
+    pub fn gather_axes(&self, known: &[Option<i64>]) -> Result<Vec<usize>, String> {
+        let scales = known_scales(
+            self.axes.as_deref(),
+            self.sizes.as_ref(),
+            self.scales.as_ref(),
+            self.policy,
+            known,
+        )?;
+        Ok((0..known.len())
+            .filter(|&i| scales[i] != Some(1.0))
+            .collect())
+    }
+
+    /// One index vector per axis of `axes` for an input of `input_shape`: the run's gather
+    /// ([`ResizeSpec::resolve`]), or the identity where it gathers nothing. `Err` when the
+    /// run gathers an axis `axes` lacks.
+    pub fn indices(
+        &self,
+        input_shape: &[i64],
+        axes: &[usize],
+        host: &mut dyn HostReader,
+    ) -> Result<Vec<Vec<i32>>, String> {
+        let gathers = self.resolve(input_shape, host)?;
+        if let Some((a, _)) = gathers.iter().find(|(a, _)| !axes.contains(&(*a as usize))) {
+            return Err(format!(
+                "Resize: this run resizes axis {a}, which the plan's layout {axes:?} lacks"
+            ));
+        }
+        axes.iter()
+            .map(
+                |&ax| match gathers.iter().find(|(a, _)| *a as usize == ax) {
+                    Some((_, idx)) => Ok(idx.clone()),
+                    None => {
+                        let n = *input_shape
+                            .get(ax)
+                            .ok_or_else(|| format!("Resize: no axis {ax} in {input_shape:?}"))?;
+                        let n =
+                            i32::try_from(n).map_err(|_| "Resize: dim too large".to_string())?;
+                        Ok((0..n).collect())
+                    }
+                },
+            )
             .collect()
     }
 }

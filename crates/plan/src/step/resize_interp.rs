@@ -544,43 +544,15 @@ impl InterpLayout {
 }
 
 impl InterpSpec {
-    /// The per-axis scales known at plan time for an input whose dims are `known` (`None`:
-    /// not known): unlisted axes have scale 1; `sizes` give `size / dim` where the dim is
-    /// known (all listed ones under a `not_larger` / `not_smaller` policy); static `scales`
-    /// give theirs.
+    /// The per-axis scales known at plan time (see [`known_scales`]).
     pub fn known_scales(&self, known: &[Option<i64>]) -> Result<Vec<Option<f32>>, String> {
-        let rank = known.len();
-        let listed: Vec<usize> = match &self.axes {
-            Some(a) => normalize_axes(a, rank)?,
-            None => (0..rank).collect(),
-        };
-        let mut out = vec![Some(1.0f32); rank];
-        for &ax in &listed {
-            out[ax] = None;
-        }
-        match (&self.sizes, &self.scales) {
-            (Some(ShapeSource::Static(sz)), _) if !sz.is_empty() => {
-                let all_known = listed.iter().all(|&ax| known[ax].is_some());
-                if self.policy == AspectPolicy::Stretch || all_known {
-                    let dims: Vec<i64> = known.iter().map(|d| d.unwrap_or(1)).collect();
-                    if let Ok((_, sc)) = resize_output(&dims, &listed, None, Some(sz), self.policy)
-                    {
-                        for &ax in &listed {
-                            if known[ax].is_some() {
-                                out[ax] = Some(sc[ax]);
-                            }
-                        }
-                    }
-                }
-            }
-            (None, Some(FloatSource::Static(v))) if v.len() == listed.len() => {
-                for (j, &ax) in listed.iter().enumerate() {
-                    out[ax] = Some(v[j] as f32);
-                }
-            }
-            _ => {}
-        }
-        Ok(out)
+        known_scales(
+            self.axes.as_deref(),
+            self.sizes.as_ref(),
+            self.scales.as_ref(),
+            self.policy,
+            known,
+        )
     }
 
     /// The fixed layout of the steps that serve every run of an input whose dims are `known`:
@@ -672,6 +644,50 @@ impl InterpSpec {
             extrapolation,
         })
     }
+}
+
+/// The per-axis scales of a Resize known at plan time for an input whose dims are `known`
+/// (`None`: not known): unlisted axes have scale 1; static `sizes` give `size / dim` where the
+/// dim is known (all listed ones under a `not_larger` / `not_smaller` policy); static `scales`
+/// give theirs.
+pub fn known_scales(
+    axes: Option<&[i64]>,
+    sizes: Option<&ShapeSource>,
+    scales: Option<&FloatSource>,
+    policy: AspectPolicy,
+    known: &[Option<i64>],
+) -> Result<Vec<Option<f32>>, String> {
+    let rank = known.len();
+    let listed: Vec<usize> = match axes {
+        Some(a) => normalize_axes(a, rank)?,
+        None => (0..rank).collect(),
+    };
+    let mut out = vec![Some(1.0f32); rank];
+    for &ax in &listed {
+        out[ax] = None;
+    }
+    match (sizes, scales) {
+        (Some(ShapeSource::Static(sz)), _) if !sz.is_empty() => {
+            let all_known = listed.iter().all(|&ax| known[ax].is_some());
+            if policy == AspectPolicy::Stretch || all_known {
+                let dims: Vec<i64> = known.iter().map(|d| d.unwrap_or(1)).collect();
+                if let Ok((_, sc)) = resize_output(&dims, &listed, None, Some(sz), policy) {
+                    for &ax in &listed {
+                        if known[ax].is_some() {
+                            out[ax] = Some(sc[ax]);
+                        }
+                    }
+                }
+            }
+        }
+        (None, Some(FloatSource::Static(v))) if v.len() == listed.len() => {
+            for (j, &ax) in listed.iter().enumerate() {
+                out[ax] = Some(v[j] as f32);
+            }
+        }
+        _ => {}
+    }
+    Ok(out)
 }
 
 /// The widest antialias filter, in taps, at `scale` (outputs per input) for a filter of

@@ -288,16 +288,6 @@ define_steps! {
             /// Output.
             write out: Slot,
         } shapeless: false,
-        /// `out = take_axis(...)` repeated: for each `(axis, idx)` of `spec.resolve(x.shape,
-        /// host)`, `x = mlx_take_axis(x, array(idx, int32), axis)`; then `out = x`.
-        ResizeNearest {
-            /// Input.
-            read x: Slot,
-            /// Resize parameters.
-            host spec: ResizeSpec,
-            /// Output.
-            write out: Slot,
-        } shapeless: false,
         /// `out` = the 1-D int64 array `x.shape[shape_range(rank, start, end)]` (no evaluation of
         /// `x` needed).
         Shape {
