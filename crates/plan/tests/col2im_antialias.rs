@@ -4,8 +4,11 @@ mod common;
 
 use common::*;
 use onnx_ir::DataType;
+use onnx_ir::TensorData;
+use plan::KernelAttrs;
 use plan::Step;
-use plan::step::{Col2ImGeometry, CoordinateTransform, antialias_taps, source_coordinate};
+use plan::ops::col2im::Col2ImGeometry;
+use plan::step::{CoordinateTransform, antialias_taps, source_coordinate};
 
 fn col2im(image: &[i64], block: &[i64], constant: bool) -> G {
     let mut g = G::new(18);
@@ -42,7 +45,7 @@ fn col2im_geometry_maps_each_column_to_its_pixel() {
 }
 
 #[test]
-fn col2im_claims_and_lowers_to_one_step() {
+fn col2im_claims_and_lowers_to_takes_or_a_host_kernel() {
     assert!(claim(&col2im(&[4, 5], &[2, 2], true), 0).is_ok());
     // Shapes fed at run time are read on the host.
     assert!(claim(&col2im(&[4, 5], &[2, 2], false), 0).is_ok());
@@ -54,11 +57,62 @@ fn col2im_claims_and_lowers_to_one_step() {
     g.g.nodes[0].attr("dilations", ints(&[2]));
     declined(&g, 0, "only 2-D honours them");
     declined(&col2im(&[2, 2], &[3, 3], true), 0, "does not fit");
+    // Shapes known at plan time: one constant-index take per kernel offset, summed; nothing
+    // read on the host.
+    let p = plan_of(&col2im(&[4, 5], &[2, 3], true).build());
+    assert_eq!(count(&p, |s| matches!(s, Step::Take { .. })), 6);
+    assert_eq!(count(&p, |s| matches!(s, Step::HostKernel { .. })), 0);
+    assert!(p.steps.iter().all(|s| s.host_reads().is_empty()));
+    // Shapes fed at run time: the host kernel, reading x and both shapes.
     let p = plan_of(&col2im(&[4, 5], &[2, 3], false).build());
-    assert_eq!(count(&p, |s| matches!(s, Step::TakeSum { .. })), 1);
+    assert_eq!(
+        count(
+            &p,
+            |s| matches!(s, Step::HostKernel { kernel, .. } if kernel == "col2im")
+        ),
+        1
+    );
     assert_eq!(
         p.steps.iter().map(|s| s.host_reads().len()).sum::<usize>(),
-        2
+        3
+    );
+}
+
+#[test]
+fn col2im_kernel_matches_the_geometry() {
+    // 1-D image 5, block 3, stride 2, pads 1/1 (as above): x [1, 3, 3] = columns 0..9.
+    let x = TensorData::from_f32(vec![1, 3, 3], &(0..9).map(|v| v as f32).collect::<Vec<_>>());
+    let shape = |v: &[i64]| Some(TensorData::from_i64(vec![v.len() as i64], v));
+    let attrs = KernelAttrs::new()
+        .ints("pads", vec![1, 1])
+        .ints("strides", vec![2]);
+    let inputs = [Some(x.clone()), shape(&[5]), shape(&[3])];
+    // Any spatial rank but 2 declines pads / strides (ORT ignores them there).
+    assert!(plan::run_host_kernel("col2im", &inputs, &attrs).is_err());
+    // 2-D: a 1 x 5 image with a 1 x 3 block.
+    let x = TensorData::new(DataType::Float, vec![1, 3, 3], x.bytes.clone()).unwrap();
+    let attrs = KernelAttrs::new()
+        .ints("pads", vec![0, 1, 0, 1])
+        .ints("strides", vec![1, 2]);
+    let out = plan::run_host_kernel("col2im", &[Some(x), shape(&[1, 5]), shape(&[1, 3])], &attrs)
+        .unwrap();
+    assert_eq!(out[0].dims, vec![1, 1, 1, 5]);
+    // Pixel p sums the columns landing on it: [3, 1 + 6, 4, 2 + 7, 5].
+    let v: Vec<f32> = out[0]
+        .bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    assert_eq!(v, vec![3.0, 7.0, 4.0, 9.0, 5.0]);
+    // x of the wrong block count.
+    let bad = TensorData::from_f32(vec![1, 3, 2], &[0.0; 6]);
+    assert!(
+        plan::run_host_kernel(
+            "col2im",
+            &[Some(bad), shape(&[1, 5]), shape(&[1, 3])],
+            &attrs
+        )
+        .is_err()
     );
 }
 

@@ -73,12 +73,11 @@ fn gqa_lowers_to_cache_mask_and_attention() {
     let attn: Vec<&Step> = p
         .steps
         .iter()
-        .filter(|s| matches!(s, Step::AttentionEx { .. }))
+        .filter(|s| matches!(s, Step::Attention { .. }))
         .collect();
     assert_eq!(attn.len(), 1);
-    let Step::AttentionEx {
+    let Step::Attention {
         scale,
-        softcap,
         causal,
         sinks,
         mask,
@@ -87,7 +86,12 @@ fn gqa_lowers_to_cache_mask_and_attention() {
     else {
         unreachable!()
     };
-    assert_eq!((*scale, *softcap, *causal), (0.25, 0.0, false));
+    assert_eq!((*scale, *causal), (0.25, false));
+    // The fused attention runs unmasked when the mask keeps every key.
+    assert_eq!(
+        count(&p, |s| matches!(s, Step::GqaMask { omit: true, .. })),
+        1
+    );
     assert!(sinks.is_none() && mask.is_some());
     // Rotary: cos and sin gathered at the positions (shared by q and k), and the halves of q
     // and k swapped by one gather each (no Split: its dynamic slices are slow in a closure).
@@ -110,16 +114,39 @@ fn gqa_options_reach_the_steps() {
     attr(&mut g, n, "local_window_size", int(8));
     attr(&mut g, n, "smooth_softmax", int(1));
     let p = plan_of(&g.build());
-    assert_eq!(
-        count(&p, |s| matches!(s, Step::GqaMask { window: 8, .. })),
-        1
-    );
+    // The soft cap is computed step by step, so the mask is always an array.
     assert_eq!(
         count(&p, |s| matches!(
             s,
-            Step::AttentionEx { scale, softcap, sinks: Some(_), .. } if *scale == 0.5 && *softcap == 30.0
+            Step::GqaMask {
+                window: 8,
+                omit: false,
+                ..
+            }
         )),
         1
+    );
+    assert_eq!(count(&p, |s| matches!(s, Step::Attention { .. })), 0);
+    assert_eq!(
+        count(&p, |s| matches!(
+            s,
+            Step::Unary {
+                op: plan::UnaryOp::Tanh,
+                ..
+            }
+        )),
+        1
+    );
+    // smooth_softmax: zero sinks in the softmax's denominator (exp of the scores and the sink).
+    assert_eq!(
+        count(&p, |s| matches!(
+            s,
+            Step::Unary {
+                op: plan::UnaryOp::Exp,
+                ..
+            }
+        )),
+        2
     );
     assert_eq!(count(&p, |s| matches!(s, Step::GqaPositions { .. })), 0);
 }
@@ -210,16 +237,17 @@ fn mha_lowers_and_declines() {
     assert_eq!(
         count(&p, |s| matches!(
             s,
-            Step::AttentionEx {
-                causal: true,
+            Step::Attention {
+                causal: false,
                 mask: Some(_),
                 ..
             }
         )),
         1
     );
-    // Key lengths [B] become a mask through an iota over the keys.
-    assert_eq!(count(&p, |s| matches!(s, Step::Iota { .. })), 1);
+    // Key lengths [B] become a mask through an iota over the keys; the causal mask, folded
+    // into it, through iotas over the queries and keys.
+    assert_eq!(count(&p, |s| matches!(s, Step::Iota { .. })), 3);
     assert!(decline_of(&mha(3, 5, true).build()).contains("unidirectional"));
     plan_of(&mha(3, 5, false).build());
 }

@@ -49,10 +49,9 @@ fn additive_mask(p: &plan::Plan) -> bool {
     count(p, |s| {
         matches!(
             s,
-            Step::AttentionEx {
+            Step::Attention {
                 mask: Some(_),
                 causal: false,
-                softcap: 0.0,
                 ..
             }
         )

@@ -119,15 +119,131 @@ fn resize_interp_claims_and_declines() {
         string("tf_crop_and_resize"),
     );
     declined(&g, 0, "without a roi");
-    // Lowered as one ResizeInterp step in float32.
+    // Shapes and scales known: constant index / weight tables, 4 taps on each of the 2
+    // interpolated axes (a gather and a multiply each), a shapeless plan.
     let mut g = resize("cubic", 4, &[1.0, 1.0, 2.0, 2.0], 19);
     g.g.nodes[0].attr("cubic_coeff_a", float(-0.5));
     let p = plan_of(&g.build());
-    assert!(p.steps.iter().any(|s| matches!(
-        s,
-        Step::ResizeInterp { spec, .. } if spec.mode == InterpMode::Cubic { a: -0.5, exclude_outside: false }
-    )));
+    assert_eq!(count(&p, |s| matches!(s, Step::Take { .. })), 8);
+    assert_eq!(count(&p, |s| matches!(s, Step::HostKernel { .. })), 0);
+    assert_eq!(p.compile_class(), CompileClass::Shapeless);
+    // A spatial size known only at run time: the host kernel makes the tables from the
+    // input's shape (no device read), the same gathers and sums use them.
+    let mut g = G::new(19);
+    g.input("x", DataType::Float, &[1, 1, -1, 5]);
+    g.init_f32("scales", &[4], &[1.0, 1.0, 2.0, 2.0]);
+    g.output_any("y", DataType::Float);
+    g.node("Resize", &["x", "", "scales"], &["y"])
+        .attr("mode", string("cubic"));
+    let p = plan_of(&g.build());
+    assert_eq!(count(&p, |s| matches!(s, Step::Take { .. })), 8);
+    assert_eq!(
+        count(&p, |s| matches!(
+            s,
+            Step::HostKernel { kernel, inputs, .. }
+                if kernel == "resize_tables" && matches!(inputs[0], HostArg::ShapeOf(_))
+        )),
+        1
+    );
     assert_eq!(p.compile_class(), CompileClass::ShapeKeyed);
+    // Scales fed at run time, 4-D linear: axis 1 may or may not be interpolated (NHWC), so
+    // the layout holds axes 1, 2 and 3 (8 corners).
+    let mut g = G::new(19);
+    g.input("x", DataType::Float, &[1, 3, 4, 5]);
+    g.input("scales", DataType::Float, &[4]);
+    g.output_any("y", DataType::Float);
+    g.node("Resize", &["x", "", "scales"], &["y"])
+        .attr("mode", string("linear"));
+    let p = plan_of(&g.build());
+    assert_eq!(count(&p, |s| matches!(s, Step::Take { .. })), 2 + 4 + 8);
+    // Antialias with neither the scale nor the length of an axis known: unbounded taps.
+    let mut g = G::new(19);
+    g.input("x", DataType::Float, &[1, 1, -1, -1]);
+    g.input("scales", DataType::Float, &[4]);
+    g.output_any("y", DataType::Float);
+    g.node("Resize", &["x", "", "scales"], &["y"])
+        .attr("mode", string("linear"))
+        .attr("antialias", int(1));
+    declined(&g, 0, "needs its scale or its length");
+}
+
+#[test]
+fn resize_tables_fill_the_layout() {
+    use plan::step::{
+        AspectPolicy, CoordinateTransform, FloatSource, InterpCoordinates, InterpSpec,
+    };
+    let spec = InterpSpec {
+        mode: InterpMode::Linear,
+        coordinates: InterpCoordinates::Transform(CoordinateTransform::HalfPixel),
+        scales: None,
+        sizes: None,
+        axes: None,
+        policy: AspectPolicy::Stretch,
+        antialias: false,
+    };
+    let layout = spec.layout(&[None, None, None, None]).unwrap();
+    let axes: Vec<usize> = layout.axes.iter().map(|a| a.axis).collect();
+    assert_eq!(axes, vec![1, 2, 3]);
+    // A run that interpolates axes 2 and 3 only: axis 1 gets identity taps.
+    let spec = InterpSpec {
+        scales: Some(FloatSource::Static(vec![1.0, 1.0, 2.0, 0.5])),
+        ..spec
+    };
+    struct NoHost;
+    impl plan::HostReader for NoHost {
+        fn ints(&mut self, _: plan::Slot) -> Result<Vec<i64>, String> {
+            Err("no host values".into())
+        }
+        fn floats(&mut self, _: plan::Slot) -> Result<Vec<f64>, String> {
+            Err("no host values".into())
+        }
+    }
+    let mut host = NoHost;
+    let args = spec.resolve(&[1, 3, 2, 4], &mut host).unwrap();
+    let t = args.fit(&layout, &[1, 3, 2, 4]).unwrap();
+    assert_eq!(t.len(), 3);
+    assert_eq!(t[0].taps[0], (vec![0, 1, 2], vec![1.0, 1.0, 1.0]));
+    assert_eq!(t[0].taps[1], (vec![0, 1, 2], vec![0.0, 0.0, 0.0]));
+    assert_eq!(t[1].taps[0].0.len(), 4);
+    assert_eq!(t[2].taps[0].0.len(), 2);
+    // The same through the host kernel.
+    let inputs = [
+        Some(TensorData::from_i64(vec![4], &[1, 3, 2, 4])),
+        Some(TensorData::from_f32(vec![4], &[1.0, 1.0, 2.0, 0.5])),
+        None,
+        None,
+    ];
+    let p = {
+        let mut g = G::new(19);
+        g.input("x", DataType::Float, &[-1, -1, -1, -1]);
+        g.input("scales", DataType::Float, &[4]);
+        g.output_any("y", DataType::Float);
+        g.node("Resize", &["x", "", "scales"], &["y"])
+            .attr("mode", string("linear"));
+        plan_of(&g.build())
+    };
+    let Some(Step::HostKernel { kernel, attrs, .. }) = p
+        .steps
+        .iter()
+        .find(|s| matches!(s, Step::HostKernel { .. }))
+    else {
+        panic!("no host kernel:\n{p}");
+    };
+    let out = plan::run_host_kernel(kernel, &inputs, attrs).unwrap();
+    // 3 axes x 2 taps x (indices, weights).
+    assert_eq!(out.len(), 12);
+    assert_eq!(out[0].to_i64_vec().unwrap(), vec![0, 1, 2]);
+    assert_eq!(out[1].dims, vec![1, 3, 1, 1]);
+    assert_eq!(out[4].dims, vec![4]);
+    assert_eq!(out[5].dims, vec![1, 1, 4, 1]);
+    // A shape of another rank than the plan's.
+    let bad = [
+        Some(TensorData::from_i64(vec![3], &[3, 2, 4])),
+        inputs[1].clone(),
+        None,
+        None,
+    ];
+    assert!(plan::run_host_kernel(kernel, &bad, attrs).is_err());
 }
 
 #[test]

@@ -7,8 +7,6 @@ use plan::{ArgReduceOp, BinaryOp, HostReader, ReduceOp, Slot, Step, UnaryOp};
 use crate::RuntimeError;
 use crate::dtype::to_mlx;
 
-mod extra;
-
 /// The arrays bound to a plan's slots during one run.
 pub(crate) struct Slots {
     values: Vec<Option<Array>>,
@@ -507,16 +505,20 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
             v,
             mask,
             causal,
+            sinks,
             scale,
             ..
         } => {
+            let mask = mask.filter(|m| !slots.is_absent(*m));
             let mask = match (causal, mask) {
                 (true, _) => fast::AttentionMask::Causal,
-                (false, Some(m)) => fast::AttentionMask::Array(slots.get(*m)?),
+                (false, Some(m)) => fast::AttentionMask::Array(slots.get(m)?),
                 (false, None) => fast::AttentionMask::None,
             };
+            let sinks = sinks.map(|m| slots.get(m)).transpose()?;
             let (q, k, v) = (slots.get(*q)?, slots.get(*k)?, slots.get(*v)?);
-            fast::scaled_dot_product_attention(q, k, v, *scale, mask, s).map_err(err)?
+            fast::scaled_dot_product_attention_sinks(q, k, v, *scale, mask, sinks, s)
+                .map_err(err)?
         }
         Reduce {
             op,
@@ -785,16 +787,6 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
             let idx: Vec<&Array> = idx.iter().collect();
             ops::gather(&xa, &idx, axes, &sizes, s).map_err(err)?
         }
-        ResizeInterp { x, spec, .. } => {
-            let shape = shape_i64(slots.get(*x)?);
-            let a = spec.resolve(&shape, &mut Host { slots }).map_err(err)?;
-            extra::resize_interp(slots.get(*x)?, &a, s)?
-        }
-        TakeSum { x, spec, .. } => {
-            let shape = shape_i64(slots.get(*x)?);
-            let a = spec.resolve(&shape, &mut Host { slots }).map_err(err)?;
-            extra::take_sum(slots.get(*x)?, &a, s)?
-        }
         Branch { .. } | Repeat { .. } => {
             return Err(err(
                 "a step with sub-plans runs through its program's sub-programs",
@@ -928,6 +920,7 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
             past,
             window,
             bias,
+            omit,
             out,
         } => {
             let past_shape = past.map(|p| slots.get(p).map(Array::shape)).transpose()?;
@@ -940,11 +933,15 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
                 past_shape.as_deref(),
             )?;
             if bias.is_none() && l.keeps_every_key(*window) {
-                slots.set_absent(*out);
-                return Ok(());
+                if *omit {
+                    slots.set_absent(*out);
+                    return Ok(());
+                }
+                Array::from_bytes(&[1], &[], Dtype::Bool).map_err(err)?
+            } else {
+                let bias = bias.map(|b| slots.get(b)).transpose()?;
+                crate::contrib::gqa_mask(&l, *window, bias, s)?
             }
-            let bias = bias.map(|b| slots.get(b)).transpose()?;
-            crate::contrib::gqa_mask(&l, *window, bias, s)?
         }
         GqaPositions {
             seqlens,
@@ -982,34 +979,6 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
             let shape = slots.get(*like)?.shape();
             let ax = plan::step::normalize_axis(*axis as i64, shape.len()).map_err(err)?;
             ops::arange(0.0, shape[ax] as f64, 1.0, to_mlx(*dtype)?, s).map_err(err)?
-        }
-        AttentionEx {
-            q,
-            k,
-            v,
-            mask,
-            causal,
-            sinks,
-            scale,
-            softcap,
-            ..
-        } => {
-            let mask = mask
-                .filter(|m| !slots.is_absent(*m))
-                .map(|m| slots.get(m))
-                .transpose()?;
-            let sinks = sinks.map(|m| slots.get(m)).transpose()?;
-            crate::contrib::attention_ex(
-                slots.get(*q)?,
-                slots.get(*k)?,
-                slots.get(*v)?,
-                mask,
-                *causal,
-                sinks,
-                *scale,
-                *softcap,
-                s,
-            )?
         }
     };
     let outs = step.outputs();

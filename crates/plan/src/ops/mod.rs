@@ -35,6 +35,7 @@ pub mod random;
 pub mod recurrent;
 pub mod reduce;
 pub mod resize;
+pub(crate) mod sdpa;
 pub mod sequence;
 pub mod shape;
 pub mod signal;
@@ -298,6 +299,21 @@ impl LowerCtx<'_> {
         });
         self.push(Step::Binary { op, a, b, out });
         out
+    }
+
+    /// A constant int32 tensor of `dims` (index tables computed at plan time).
+    pub(crate) fn const_i32(&mut self, dims: Vec<i64>, values: &[i32]) -> Slot {
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        self.constant(onnx_ir::TensorData {
+            dtype: DataType::Int32,
+            dims,
+            bytes: bytes.into(),
+        })
+    }
+
+    /// A constant float32 tensor of `dims` (weight tables computed at plan time).
+    pub(crate) fn const_f32(&mut self, dims: Vec<i64>, values: &[f32]) -> Slot {
+        self.constant(onnx_ir::TensorData::from_f32(dims, values))
     }
 
     /// Emits `mlx_astype` unless `x` already has `dtype`.

@@ -319,30 +319,23 @@ fn lower_attention(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
                 }
             });
         }
-        let y = ctx.temp(dt);
-        ctx.push(if form.softcap > 0.0 {
-            Step::AttentionEx {
+        let heads = head_groups(&form, &qd, &kd).map(|g| g.unwrap_or((1, 1)));
+        let y = super::sdpa::attention(
+            ctx,
+            &super::sdpa::Sdpa {
                 q,
                 k,
                 v,
-                mask,
+                mask: mask.map(|m| (m, mdt)),
+                mask_heads: None,
                 causal: mlx_causal,
                 sinks: None,
                 scale,
                 softcap: form.softcap,
-                out: y,
-            }
-        } else {
-            Step::Attention {
-                q,
-                k,
-                v,
-                mask,
-                causal: mlx_causal,
-                scale,
-                out: y,
-            }
-        });
+                heads,
+                dt,
+            },
+        )?;
         match mask {
             // ORT gives zeros for a query whose every key is masked (a causal mask alone
             // leaves every query a key).

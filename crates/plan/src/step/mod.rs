@@ -16,7 +16,6 @@
 
 use std::fmt;
 
-mod col2im;
 mod control;
 mod conv;
 mod conv_transpose;
@@ -37,7 +36,6 @@ mod tests;
 mod tfidf_mel;
 mod variants;
 
-pub use col2im::{Col2ImGeometry, Col2ImSpec, TakeSumArgs, check_ort_rank};
 pub use control::{ScanAxis, SubPlan};
 pub use conv_transpose::{
     ConvTransposeArgs, ConvTransposePadding, ConvTransposeSpec, distribute_padding,
@@ -51,9 +49,9 @@ pub use gather_scatter::{
 pub use host_compute::{HostValue, UniqueResult, WindowKind, cosine_window, unique};
 pub use random::{RandomDist, random_base, random_draw_seed};
 pub use resize_interp::{
-    AspectPolicy, InterpArgs, InterpAxis, InterpCoordinates, InterpMode, InterpSpec,
-    antialias_taps, cubic_coeffs, interpolated_axes, interpolated_axes_for, resize_output,
-    resize_target, resized_length, source_coordinate,
+    AspectPolicy, AxisTables, InterpArgs, InterpAxis, InterpCoordinates, InterpLayout, InterpMode,
+    InterpSpec, LayoutAxis, MAX_LAYOUT_TAPS, antialias_taps, cubic_coeffs, interpolated_axes,
+    interpolated_axes_for, resize_output, resize_target, resized_length, source_coordinate,
 };
 pub use roi_align::{RoiAlignSpec, RoiSamples};
 pub use tfidf_mel::{MEL_TYPES, TfIdfMode, TfIdfSpec, mel_weight_matrix};

@@ -25,8 +25,7 @@
 //! [`Step::is_shapeless`]: super::Step::is_shapeless
 
 use super::{
-    Col2ImSpec, FloatSource, InterpSpec, PadSpec, ReduceAxes, ReshapeTarget, ResizeSpec,
-    ShapeSource, SliceSpec, Slot,
+    FloatSource, PadSpec, ReduceAxes, ReshapeTarget, ResizeSpec, ShapeSource, SliceSpec, Slot,
 };
 use crate::host::HostArg;
 
@@ -156,21 +155,6 @@ impl Slots for ReduceAxes {
         }
     }
 }
-
-/// `Slots` for a spec type whose own `host_reads` / `map_slots` list its dynamic inputs.
-macro_rules! spec_slots {
-    ($($ty:ty),*) => {$(
-        impl Slots for $ty {
-            fn each(&self, f: &mut dyn FnMut(Slot)) {
-                self.host_reads().into_iter().for_each(f)
-            }
-            fn each_mut(&mut self, f: &mut dyn FnMut(&mut Slot)) {
-                self.map_slots(f)
-            }
-        }
-    )*};
-}
-spec_slots!(InterpSpec, Col2ImSpec);
 
 /// A reshape reads `Like`'s array (its shape only) and the host values of the other targets.
 impl Operand for ReshapeTarget {

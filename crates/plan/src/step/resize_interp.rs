@@ -4,9 +4,9 @@
 
 use std::fmt;
 
-use super::{CoordinateTransform, FloatSource, HostReader, ShapeSource, Slot, normalize_axes};
+use super::{CoordinateTransform, FloatSource, HostReader, ShapeSource, normalize_axes};
 
-/// Interpolation of a [`super::Step::ResizeInterp`].
+/// Interpolation of a linear / cubic `Resize`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum InterpMode {
@@ -477,37 +477,295 @@ impl InterpSpec {
             extrapolation,
         })
     }
+}
 
-    /// Slots read on the host by [`InterpSpec::resolve`].
-    pub fn host_reads(&self) -> Vec<Slot> {
-        let mut v: Vec<Slot> = self
-            .scales
-            .as_ref()
-            .and_then(FloatSource::dynamic_slot)
-            .into_iter()
-            .chain(self.sizes.as_ref().and_then(ShapeSource::dynamic_slot))
-            .collect();
-        if let InterpCoordinates::CropAndResize { roi, .. } = &self.coordinates {
-            v.extend(roi.dynamic_slot());
+/// The most taps per axis a resize whose tap count is only bounded at plan time is laid out
+/// with (antialias with a run-time scale).
+pub const MAX_LAYOUT_TAPS: usize = 64;
+
+/// The fixed structure of the steps a linear / cubic resize lowers to, decided at plan time:
+/// which axes are gathered and weighted, with how many taps, divisors and inside masks. The
+/// tables filling it ([`InterpArgs::fit`]) may be computed at run time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InterpLayout {
+    /// Input rank.
+    pub rank: usize,
+    /// One weighted pass per axis, innermost first (cubic, antialias); else the linear corners.
+    pub separable: bool,
+    /// The axes, in increasing order; empty: a copy.
+    pub axes: Vec<LayoutAxis>,
+    /// With `tf_crop_and_resize`: the value of outputs whose source is outside the input.
+    pub extrapolation: Option<f32>,
+}
+
+/// One axis of an [`InterpLayout`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LayoutAxis {
+    /// The axis.
+    pub axis: usize,
+    /// Taps (index and weight tables).
+    pub taps: usize,
+    /// A per-output divisor table.
+    pub divisor: bool,
+    /// A per-output inside mask.
+    pub inside: bool,
+}
+
+/// The tables of one [`LayoutAxis`], each with one entry per output position.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AxisTables {
+    /// `(indices, weights)` per tap.
+    pub taps: Vec<(Vec<i32>, Vec<f32>)>,
+    /// The divisor, when the layout has one.
+    pub divisor: Option<Vec<f32>>,
+    /// The inside mask, when the layout has one.
+    pub inside: Option<Vec<bool>>,
+}
+
+impl InterpLayout {
+    /// The exact layout of resolved arguments.
+    pub fn of(args: &InterpArgs, rank: usize) -> InterpLayout {
+        InterpLayout {
+            rank,
+            separable: args.separable,
+            axes: args
+                .axes
+                .iter()
+                .map(|a| LayoutAxis {
+                    axis: a.axis as usize,
+                    taps: a.taps.len(),
+                    divisor: a.divisor.is_some(),
+                    inside: a.inside.is_some(),
+                })
+                .collect(),
+            extrapolation: args.extrapolation,
         }
-        v
+    }
+}
+
+impl InterpSpec {
+    /// The per-axis scales known at plan time for an input whose dims are `known` (`None`:
+    /// not known): unlisted axes have scale 1; `sizes` give `size / dim` where the dim is
+    /// known (all listed ones under a `not_larger` / `not_smaller` policy); static `scales`
+    /// give theirs.
+    pub fn known_scales(&self, known: &[Option<i64>]) -> Result<Vec<Option<f32>>, String> {
+        let rank = known.len();
+        let listed: Vec<usize> = match &self.axes {
+            Some(a) => normalize_axes(a, rank)?,
+            None => (0..rank).collect(),
+        };
+        let mut out = vec![Some(1.0f32); rank];
+        for &ax in &listed {
+            out[ax] = None;
+        }
+        match (&self.sizes, &self.scales) {
+            (Some(ShapeSource::Static(sz)), _) if !sz.is_empty() => {
+                let all_known = listed.iter().all(|&ax| known[ax].is_some());
+                if self.policy == AspectPolicy::Stretch || all_known {
+                    let dims: Vec<i64> = known.iter().map(|d| d.unwrap_or(1)).collect();
+                    if let Ok((_, sc)) = resize_output(&dims, &listed, None, Some(sz), self.policy)
+                    {
+                        for &ax in &listed {
+                            if known[ax].is_some() {
+                                out[ax] = Some(sc[ax]);
+                            }
+                        }
+                    }
+                }
+            }
+            (None, Some(FloatSource::Static(v))) if v.len() == listed.len() => {
+                for (j, &ax) in listed.iter().enumerate() {
+                    out[ax] = Some(v[j] as f32);
+                }
+            }
+            _ => {}
+        }
+        Ok(out)
     }
 
-    /// Applies `f` to every slot the spec reads.
-    pub fn map_slots(&mut self, f: &mut dyn FnMut(&mut Slot)) {
-        if let Some(FloatSource::Dynamic(s)) = &mut self.scales {
-            f(s);
+    /// The fixed layout of the steps that serve every run of an input whose dims are `known`:
+    /// the union of the axes that some run may interpolate (an axis a run does not interpolate
+    /// gets identity taps), with 2 (linear) or 4 (cubic) taps, or with antialias as many as the
+    /// widest filter can have (its scale or the axis length must be known, at most
+    /// [`MAX_LAYOUT_TAPS`]). `Err` when no run can succeed or the taps are unbounded.
+    pub fn layout(&self, known: &[Option<i64>]) -> Result<InterpLayout, String> {
+        let rank = known.len();
+        let scales = self.known_scales(known)?;
+        let unknown: Vec<usize> = (0..rank).filter(|&i| scales[i].is_none()).collect();
+        let mut axes: Vec<usize> = Vec::new();
+        let mut last_err = None;
+        // Every axis whose scale is unknown is either 1 or not: the union of the outcomes.
+        for pick in 0..(1u32 << unknown.len()) {
+            let mut full: Vec<f32> = scales.iter().map(|s| s.unwrap_or(1.0)).collect();
+            for (bit, &ax) in unknown.iter().enumerate() {
+                if pick & (1 << bit) != 0 {
+                    full[ax] = 2.0;
+                }
+            }
+            match interpolated_axes_for(self.mode, &full, self.antialias) {
+                Ok(a) => axes.extend(a),
+                Err(e) => last_err = Some(e),
+            }
         }
-        if let Some(ShapeSource::Dynamic(s)) = &mut self.sizes {
-            f(s);
+        axes.sort_unstable();
+        axes.dedup();
+        if axes.is_empty() {
+            return Err(last_err.unwrap_or_else(|| "Resize: no axis to interpolate".into()));
         }
-        if let InterpCoordinates::CropAndResize {
-            roi: FloatSource::Dynamic(s),
-            ..
-        } = &mut self.coordinates
+        let crop = matches!(self.coordinates, InterpCoordinates::CropAndResize { .. });
+        let last = axes.len() - 1;
+        let mut layout = Vec::with_capacity(axes.len());
+        for (pos, &ax) in axes.iter().enumerate() {
+            let taps = match (self.mode, self.antialias) {
+                (InterpMode::Linear, false) => 2,
+                (InterpMode::Cubic { .. }, false) => 4,
+                (mode, true) => {
+                    let support = if matches!(mode, InterpMode::Linear) {
+                        2.0
+                    } else {
+                        4.0
+                    };
+                    let window = scales[ax].map(|s| antialias_window(s, support));
+                    let bound = match (window, known[ax]) {
+                        (Some(w), Some(n)) => w.min(n.max(1) as usize),
+                        (Some(w), None) => w,
+                        (None, Some(n)) => n.max(1) as usize,
+                        (None, None) => {
+                            return Err(format!(
+                                "Resize: antialias on axis {ax} needs its scale or its length \
+                                 known at plan time"
+                            ));
+                        }
+                    };
+                    if bound > MAX_LAYOUT_TAPS {
+                        return Err(format!(
+                            "Resize: antialias on axis {ax} may need {bound} taps (more than \
+                             {MAX_LAYOUT_TAPS})"
+                        ));
+                    }
+                    bound
+                }
+            };
+            let divisor = matches!(
+                self.mode,
+                InterpMode::Cubic {
+                    exclude_outside: true,
+                    ..
+                }
+            ) && !self.antialias
+                && pos != last;
+            layout.push(LayoutAxis {
+                axis: ax,
+                taps,
+                divisor,
+                inside: crop,
+            });
+        }
+        let extrapolation = match &self.coordinates {
+            InterpCoordinates::CropAndResize { extrapolation, .. } => Some(*extrapolation),
+            InterpCoordinates::Transform(_) => None,
+        };
+        Ok(InterpLayout {
+            rank,
+            separable: !matches!(self.mode, InterpMode::Linear) || self.antialias,
+            axes: layout,
+            extrapolation,
+        })
+    }
+}
+
+/// The widest antialias filter, in taps, at `scale` (outputs per input) for a filter of
+/// `support` (see [`antialias_taps`]).
+fn antialias_window(scale: f32, support: f32) -> usize {
+    let inv = 1.0f32 / scale;
+    let half = if inv >= 1.0 {
+        support * 0.5 * inv
+    } else {
+        support * 0.5
+    };
+    if !half.is_finite() || half > 1e6 {
+        return usize::MAX;
+    }
+    half.ceil() as usize * 2 + 1
+}
+
+impl InterpArgs {
+    /// These arguments as the tables of `layout` for an input of `input_shape`: axes the run
+    /// does not interpolate get identity taps (tap 0 the position itself with weight 1, the
+    /// others weight 0), short taps are padded with weight 0, missing divisors are 1 and
+    /// missing inside masks true. `Err` when the run needs more than the layout holds.
+    pub fn fit(
+        &self,
+        layout: &InterpLayout,
+        input_shape: &[i64],
+    ) -> Result<Vec<AxisTables>, String> {
+        let mismatch = || {
+            format!(
+                "Resize: this run interpolates {:?}, which the plan's layout {:?} does not hold",
+                self.axes
+                    .iter()
+                    .map(|a| (a.axis, a.taps.len()))
+                    .collect::<Vec<_>>(),
+                layout.axes
+            )
+        };
+        if !self.axes.is_empty()
+            && (self.separable != layout.separable || self.extrapolation != layout.extrapolation)
         {
-            f(s);
+            return Err(mismatch());
         }
+        if self
+            .axes
+            .iter()
+            .any(|a| !layout.axes.iter().any(|l| l.axis == a.axis as usize))
+        {
+            return Err(mismatch());
+        }
+        layout
+            .axes
+            .iter()
+            .map(|l| {
+                let found = self.axes.iter().find(|a| a.axis as usize == l.axis);
+                let (taps, divisor, inside) = match found {
+                    Some(a) => {
+                        if a.taps.len() > l.taps
+                            || (a.divisor.is_some() && !l.divisor)
+                            || (a.inside.is_some() && !l.inside)
+                        {
+                            return Err(mismatch());
+                        }
+                        (a.taps.clone(), a.divisor.clone(), a.inside.clone())
+                    }
+                    None => {
+                        let n = *input_shape.get(l.axis).ok_or_else(|| {
+                            format!("Resize: no axis {} in {input_shape:?}", l.axis)
+                        })?;
+                        let n =
+                            i32::try_from(n).map_err(|_| "Resize: dim too large".to_string())?;
+                        let iota: Vec<i32> = (0..n).collect();
+                        let taps = (0..l.taps)
+                            .map(|t| {
+                                (
+                                    iota.clone(),
+                                    vec![if t == 0 { 1.0 } else { 0.0 }; iota.len()],
+                                )
+                            })
+                            .collect();
+                        (taps, None, None)
+                    }
+                };
+                let m = taps.first().map_or(0, |t| t.0.len());
+                let mut taps = taps;
+                while taps.len() < l.taps {
+                    taps.push((vec![0; m], vec![0.0; m]));
+                }
+                Ok(AxisTables {
+                    taps,
+                    divisor: l.divisor.then(|| divisor.unwrap_or_else(|| vec![1.0; m])),
+                    inside: l.inside.then(|| inside.unwrap_or_else(|| vec![true; m])),
+                })
+            })
+            .collect()
     }
 }
 
@@ -674,6 +932,7 @@ fn cubic_taps(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::step::Slot;
 
     struct NoHost;
     impl HostReader for NoHost {

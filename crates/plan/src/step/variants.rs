@@ -189,10 +189,11 @@ define_steps! {
             /// Output.
             write out: Slot,
         } shapeless: true,
-        /// `out = mlx_fast_scaled_dot_product_attention(q, k, v, scale, mode, mask, sinks=null)`
+        /// `out = mlx_fast_scaled_dot_product_attention(q, k, v, scale, mode, mask, sinks)`
         /// with `mode = "causal"` (mask null) when `causal`, else `""` (mask or null). q is
         /// `[B, Hq, S, D]`, k `[B, Hkv, T, D]`, v `[B, Hkv, T, Dv]` (Hq a multiple of Hkv); a bool
-        /// mask means "attend where true", a float mask is added to the scores.
+        /// mask means "attend where true", a float mask is added to the scores. A mask slot that
+        /// the step writing it left absent on purpose (see [`Step::GqaMask`]) counts as none.
         Attention {
             /// Queries.
             read q: Slot,
@@ -205,6 +206,8 @@ define_steps! {
             /// MLX's causal mask (aligned to the bottom-right; the planner only sets it where that
             /// agrees with ONNX).
             attr causal: bool,
+            /// Per-head sink logits `[Hq]`: one more logit per row in the softmax's denominator.
+            read sinks: Option<Slot>,
             /// Score scale.
             attr scale: f32,
             /// Output `[B, Hq, S, Dv]`.
@@ -444,7 +447,9 @@ define_steps! {
         /// The attention mask of com.microsoft GroupQueryAttention: `l.mask(window)` as a bool
         /// array `[B, 1, S, P]` (`l` as for [`Step::KvCache`], `B`, `S` from `like`, which is
         /// `[B, H, S, D]`); with `bias` (`[B|1, H|1, S, T]`), the additive float mask
-        /// `mlx_where(keep, pad(bias, T -> P), -inf)`.
+        /// `mlx_where(keep, pad(bias, T -> P), -inf)`. Without `bias`, when every query sees
+        /// every key, `out` is left absent (`omit`: the fused attention step then runs unmasked)
+        /// or is the bool scalar `true`.
         GqaMask {
             /// `seqlens_k` (read on the host).
             read_host seqlens: Slot,
@@ -458,6 +463,9 @@ define_steps! {
             attr window: i64,
             /// Attention bias added to the scores, if any.
             read bias: Option<Slot>,
+            /// Leave a mask that keeps every key absent (its reader takes an absent mask as
+            /// none).
+            attr omit: bool,
             /// Output.
             write out: Slot,
         } shapeless: false,
@@ -488,32 +496,6 @@ define_steps! {
             /// Output.
             write out: Slot,
         } shapeless: false,
-        /// Attention with extras: when `softcap == 0`,
-        /// `mlx_fast_scaled_dot_product_attention(q, k, v, scale, mode, mask, sinks)` as for
-        /// [`Step::Attention`] (with `causal` and a mask both set, the causal keep-mask, aligned to
-        /// the bottom-right, is combined into the array mask); with `softcap > 0` the same
-        /// computed step by step: `scores = softcap * tanh(q k^T * scale / softcap)`, masked,
-        /// softmax (with the sink logits in the denominator), times `v`. `sinks` is `[Hq]`.
-        AttentionEx {
-            /// Queries `[B, Hq, S, D]`.
-            read q: Slot,
-            /// Keys `[B, Hkv, T, D]`.
-            read k: Slot,
-            /// Values `[B, Hkv, T, Dv]`.
-            read v: Slot,
-            /// Bool keep-mask or additive float mask broadcastable to `[B, Hq, S, T]`.
-            read mask: Option<Slot>,
-            /// Causal (bottom-right aligned).
-            attr causal: bool,
-            /// Per-head sink logits `[Hq]`.
-            read sinks: Option<Slot>,
-            /// Score scale.
-            attr scale: f32,
-            /// Logit soft cap (`0`: none).
-            attr softcap: f32,
-            /// Output `[B, Hq, S, Dv]`.
-            write out: Slot,
-        } shapeless: !(*causal && mask.is_some()),
         /// `out = mlx_conv_general(x, w, a.conv..., flip = true)` with `a = spec.resolve(x.shape)`
         /// (channels-last input `[N, *spatial, C]`, weight `[O, *kernel, C/groups]`;
         /// `input_dilation` carries the strides of ONNX `ConvTranspose`, whose crop, where its
@@ -566,33 +548,6 @@ define_steps! {
             /// Indexed axes.
             attr axes: Vec<i32>,
             /// Output.
-            write out: Slot,
-        } shapeless: false,
-        /// Linear / cubic `Resize` of a float32 `x` with `a = spec.resolve(x.shape, host)`: no
-        /// axes -> `mlx_astype(x, float32)` (a copy); otherwise, per tap, `mlx_take_axis` with an
-        /// int32 index array and `mlx_multiply` by a float32 weight array shaped to broadcast
-        /// along its axis. Linear (`!a.separable`): the corners (last axis varying fastest) are
-        /// gathered along every axis and `sum(w_last * ... * w_first * corner)` is accumulated
-        /// with `mlx_add` in order. Cubic: one pass per axis, innermost first, each
-        /// `sum(take * w [/ divisor])`. With `a.extrapolation`, `mlx_where(inside, y, value)`.
-        ResizeInterp {
-            /// Input (float32).
-            read x: Slot,
-            /// Resize parameters.
-            host spec: InterpSpec,
-            /// Output (float32).
-            write out: Slot,
-        } shapeless: false,
-        /// A sum of gathers of a float32 `x` with `a = spec.resolve(x.shape, host)`:
-        /// `mlx_reshape` to `a.rows`, `mlx_pad` of one trailing zero on the last axis, then
-        /// `mlx_take_axis` of each `a.sources[k]` (int32) on the last axis summed in order with
-        /// `mlx_add`, and `mlx_reshape` to `a.out` (ONNX `Col2Im`'s accumulation).
-        TakeSum {
-            /// Input (float32).
-            read x: Slot,
-            /// Shapes and attributes.
-            host spec: Col2ImSpec,
-            /// Output (float32).
             write out: Slot,
         } shapeless: false,
         /// `out = mlx_fft_<op>(x, n, axis)` of a complex64 `x`: `n` is `length`'s one value, or

@@ -261,7 +261,15 @@ fn lower_gqa(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
         out: present_v,
     });
     let bias = ctx.opt_input(node, GQA_BIAS)?;
-    let mask = ctx.temp(if bias.is_some() { dt } else { DataType::Bool });
+    let mask_dt = if bias.is_some() { dt } else { DataType::Bool };
+    // [B, 1, S, P] without a bias; with one, the bias's head dim.
+    let mask_heads = match node.input(GQA_BIAS) {
+        None => Some(1),
+        Some(b) => ctx
+            .shape_of(b)
+            .and_then(|d| d.get(1).and_then(onnx_ir::Dim::fixed)),
+    };
+    let mask = ctx.temp(mask_dt);
     ctx.push(Step::GqaMask {
         seqlens,
         total,
@@ -269,6 +277,8 @@ fn lower_gqa(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
         past: past_k,
         window: a.window,
         bias,
+        // The fused attention takes an absent mask as none; the soft-capped one needs an array.
+        omit: a.softcap <= 0.0,
         out: mask,
     });
     let sinks = match ctx.opt_input(node, GQA_SINK)? {
@@ -289,18 +299,22 @@ fn lower_gqa(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     } else {
         a.scale
     };
-    let y = ctx.temp(dt);
-    ctx.push(Step::AttentionEx {
-        q: qh,
-        k: present_k,
-        v: present_v,
-        mask: Some(mask),
-        causal: false,
-        sinks,
-        scale,
-        softcap: a.softcap,
-        out: y,
-    });
+    let y = super::super::sdpa::attention(
+        ctx,
+        &super::super::sdpa::Sdpa {
+            q: qh,
+            k: present_k,
+            v: present_v,
+            mask: Some((mask, mask_dt)),
+            mask_heads,
+            causal: false,
+            sinks,
+            scale,
+            softcap: a.softcap,
+            heads: Some((a.heads, a.kv_heads)),
+            dt,
+        },
+    )?;
     let y = from_heads(ctx, y, dt);
     ctx.finish(node, 0, y, dt)?;
     ctx.finish(node, 1, present_k, dt)?;
@@ -473,18 +487,22 @@ fn lower_mha(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
             None => add,
         });
     }
-    let y = ctx.temp(dt);
-    ctx.push(Step::AttentionEx {
-        q: qh,
-        k: kh,
-        v: vh,
-        mask,
-        causal,
-        sinks: None,
-        scale,
-        softcap: 0.0,
-        out: y,
-    });
+    let y = super::super::sdpa::attention(
+        ctx,
+        &super::super::sdpa::Sdpa {
+            q: qh,
+            k: kh,
+            v: vh,
+            mask: mask.map(|m| (m, dt)),
+            mask_heads: None,
+            causal,
+            sinks: None,
+            scale,
+            softcap: 0.0,
+            heads: Some((heads, heads)),
+            dt,
+        },
+    )?;
     let y = from_heads(ctx, y, dt);
     ctx.finish(node, 0, y, dt)?;
     ctx.finish(node, 1, kh, dt)?;

@@ -393,18 +393,22 @@ fn lower_attention(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
         });
     }
     let scale = a.scale.unwrap_or(1.0 / ((hq / a.heads) as f32).sqrt());
-    let y = ctx.temp(dt);
-    ctx.push(Step::AttentionEx {
-        q: qh,
-        k: kh,
-        v: vh,
-        mask,
-        causal: false,
-        sinks: None,
-        scale,
-        softcap: 0.0,
-        out: y,
-    });
+    let y = crate::ops::sdpa::attention(
+        ctx,
+        &crate::ops::sdpa::Sdpa {
+            q: qh,
+            k: kh,
+            v: vh,
+            mask: mask.map(|m| (m, dt)),
+            mask_heads: None,
+            causal: false,
+            sinks: None,
+            scale,
+            softcap: 0.0,
+            heads: None,
+            dt,
+        },
+    )?;
     let y = from_heads(ctx, y, dt);
     ctx.finish(node, 0, y, dt)?;
     if node.output(1).is_some() {
@@ -784,18 +788,22 @@ fn lower_packed_mha(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
         .or_invalid(node)?
         .filter(|&s| s != 0.0)
         .unwrap_or(1.0 / (head as f32).sqrt());
-    let y = ctx.temp(dt);
-    ctx.push(Step::AttentionEx {
-        q: qh,
-        k: kh,
-        v: vh,
-        mask: Some(mask),
-        causal: false,
-        sinks: None,
-        scale,
-        softcap: 0.0,
-        out: y,
-    });
+    let y = crate::ops::sdpa::attention(
+        ctx,
+        &crate::ops::sdpa::Sdpa {
+            q: qh,
+            k: kh,
+            v: vh,
+            mask: Some((mask, dt)),
+            mask_heads: None,
+            causal: false,
+            sinks: None,
+            scale,
+            softcap: 0.0,
+            heads: None,
+            dt,
+        },
+    )?;
     // back to the packed order: token i sits at padded position token_offset[i]
     let y = from_heads(ctx, y, dt);
     let y = reshape(ctx, y, ReshapeTarget::Flatten { axis: -1 }, dt);
