@@ -284,11 +284,28 @@ fn lower_variadic(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     ctx.finish(node, 0, acc, dt)
 }
 
+/// `Equal`'s types: strings from opset 19 (a host kernel, see `text`).
+const EQUAL_19: &[DataType] = &[
+    DataType::Float,
+    DataType::Float16,
+    DataType::BFloat16,
+    DataType::Int8,
+    DataType::Int16,
+    DataType::Int32,
+    DataType::Int64,
+    DataType::Uint8,
+    DataType::Uint16,
+    DataType::Uint32,
+    DataType::Uint64,
+    DataType::Bool,
+    DataType::String,
+];
+
 fn claim_compare(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
-    let allowed = if node.op_type == "Equal" {
-        DATA
-    } else {
-        NUMERIC
+    let allowed = match node.op_type.as_str() {
+        "Equal" if ctx.opset >= 19 => EQUAL_19,
+        "Equal" => DATA,
+        _ => NUMERIC,
     };
     same_dtypes(ctx, node, 0..2, allowed).map(|_| ())
 }
@@ -303,6 +320,9 @@ fn lower_compare(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
         other => invalid!(node, "not a comparison: {other}"),
     };
     let dt = ctx.input_dtype(node, 0)?;
+    if dt == DataType::String {
+        return crate::ops::text::lower_string_equal(ctx, node);
+    }
     let a = ctx.input(node, 0)?;
     let b = ctx.input(node, 1)?;
     let out = ctx.binary(op, a, b, dt);
