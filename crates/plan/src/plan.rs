@@ -130,6 +130,15 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// The index in [`Plan::constants`] of each constant slot.
+    pub fn constant_positions(&self) -> std::collections::HashMap<Slot, usize> {
+        self.constants
+            .iter()
+            .enumerate()
+            .map(|(i, (s, _))| (*s, i))
+            .collect()
+    }
+
     /// Adds a synthesised constant (no initializer behind it) in a new slot named `name`.
     pub fn push_constant(&mut self, name: String, t: TensorData) -> Slot {
         let slot = Slot(self.num_slots as u32);
