@@ -522,8 +522,7 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
             };
             let sinks = sinks.map(|m| slots.get(m)).transpose()?;
             let (q, k, v) = (slots.get(*q)?, slots.get(*k)?, slots.get(*v)?);
-            fast::scaled_dot_product_attention_sinks(q, k, v, *scale, mask, sinks, s)
-                .map_err(err)?
+            crate::attention::attention(q, k, v, *scale, mask, sinks, s).map_err(err)?
         }
         Reduce {
             op,

@@ -5,6 +5,7 @@
 //! [`Executable::run`] binds the inputs, interprets the steps (building MLX's lazy graph),
 //! evaluates the outputs together and hands back their bytes.
 
+mod attention;
 mod compiled;
 mod config;
 mod contrib;
