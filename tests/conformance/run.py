@@ -20,7 +20,8 @@ Each case ends in one bucket:
   passes) and the outputs don't match or the run errored;
 * ``crash``: the worker crashed or timed out;
 * ``cpu``: not (all) on MLX: nodes declined (the reason is recorded) and the outcome is ORT's;
-* ``random``: a case of a random generator op (``RANDOM_OPS``) that ran wholly on the MLX EP
+* ``random``: a case of a random generator op (``RANDOM_OPS``, or a Dropout that drops at
+  random: training mode with a nonzero ratio, see ``_draws``) that ran wholly on the MLX EP
   with outputs of the reference's shapes and dtypes, finite, and in the reference's value
   domain (0/1 where the reference is 0/1); its reference values are random draws that no
   other generator reproduces, so it is checked this far and not counted as a pass.
@@ -76,6 +77,29 @@ MANIFEST_HEADER = "# case\tstatus\tort_cpu\treason"
 
 #: Ops whose outputs are random draws: their cases can't match the reference values.
 RANDOM_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial"}
+
+
+def _draws(model, inputs) -> bool:
+    """True when the case's outputs are random draws: a node of ``RANDOM_OPS``, or a Dropout in
+    training mode (its training_mode true or unknown) whose ratio is not 0 (absent: 0.5).
+    ``inputs`` are one data set's inputs, in graph input order."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    if any(n.op_type in RANDOM_OPS for n in model.graph.node):
+        return True
+    if not any(n.op_type == "Dropout" for n in model.graph.node):
+        return False
+    values = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    values.update({model.graph.input[i].name: v for i, v in enumerate(inputs)})
+    for n in model.graph.node:
+        if n.op_type != "Dropout" or len(n.input) < 3 or not n.input[2]:
+            continue
+        training = values.get(n.input[2])
+        ratio = values.get(n.input[1]) if n.input[1] else np.float32(0.5)
+        if (training is None or np.asarray(training).any()) and (ratio is None or np.asarray(ratio).any()):
+            return True
+    return False
 
 
 def _random_domain_check(expected, actual, what):
@@ -428,7 +452,7 @@ class Worker:
                 return "errored", "run: " + _short(err), None, None
             if len(actual) != len(outputs):
                 return "mismatched", f"{len(actual)} outputs, expected {len(outputs)}", None, None
-            random = any(n.op_type in RANDOM_OPS for n in model.graph.node)
+            random = _draws(model, inputs)
             for i, (e, a) in enumerate(zip(outputs, actual)):
                 name = model.graph.output[i].name if i < len(model.graph.output) else f"output {i}"
                 if random:
@@ -441,7 +465,7 @@ class Worker:
                     worst_abs, worst_rel = max(worst_abs, ab), max(worst_rel, rel)
                 if not ok:
                     return "mismatched", msg, ab, rel
-        if any(n.op_type in RANDOM_OPS for n in model.graph.node):
+        if data_sets and all(_draws(model, inputs) for inputs, _ in data_sets):
             return "random", "random draws: shapes, dtypes and value domain match", None, None
         return "passed", "", worst_abs, worst_rel
 
@@ -929,7 +953,7 @@ def markdown(results, args) -> str:
         "left to ORT, with the EP's decline reason (the most common one of the op's cases). Expanded",
         "cases (`*_expanded*`: the op's function body as separate nodes) have rows of their own.",
         "Cases of the random generator ops (RandomNormal, RandomUniform, their `*Like` forms, Bernoulli,",
-        "Multinomial) hold reference outputs that are random draws no other generator reproduces: one that",
+        "Multinomial, and Dropout in training mode with a nonzero ratio) hold reference outputs that are random draws no other generator reproduces: one that",
         "ran wholly on MLX with outputs of the reference's shapes and dtypes, finite and in its value domain",
         "(0/1 for Bernoulli) is *random*, counted apart and not as a pass (`tests/python/test_random_ops.py`",
         "checks their distributions).",
@@ -966,7 +990,9 @@ def markdown(results, args) -> str:
 
 def manifest_reason(r) -> str:
     reason = "" if r["bucket"] == "pass" else r.get("reason", "")
-    if not cpu_passes(r):
+    if r.get("cpu", {}).get("status") == "random":
+        reason = "random draws on both EPs (ORT's CPU EP too): shapes, dtypes and value domain match"
+    elif not cpu_passes(r):
         cpu = r.get("cpu", {})
         why = cpu.get("message") or cpu.get("status", "not run")
         if reason == "fails the same way on ORT's CPU EP":

@@ -600,6 +600,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="also decode with the KV cache bound to the MLX EP's memory (IOBinding); prints 'iobinding: kv_host_bytes_per_step=<n> decode tok/s=<x>'",
     )
     parser.add_argument("--ep-option", action="append", default=[], metavar="KEY=VALUE", help="an MLX EP option, e.g. device=gpu (repeatable)")
+    parser.add_argument("--max-positions", type=int, default=0, help="the models' rotary table length (0: each model's own, 512); raise it to decode after a longer prefill")
     args = parser.parse_args(argv)
     if not args.bench:
         parser.print_help()
@@ -618,6 +619,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     header = f"{'model':<14}{'EP':<5}{'prefill tok/s':>15}{'decode tok/s':>14}{'ms/token':>10}"
     for name in args.models.split(","):
         cfg = known[name.strip()]
+        if args.max_positions:
+            cfg = dataclasses.replace(cfg, max_positions=args.max_positions)
         t0 = time.perf_counter()
         ep_options = dict(o.split("=", 1) for o in args.ep_option)
         r = bench_one(cfg, args.library, args.prefill, args.steps, args.repeats, args.threads or None, ep_options, cursor, args.iobinding)

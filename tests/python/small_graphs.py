@@ -132,6 +132,15 @@ class Builder:
         y = self.node("Conv", [x, w], name=f"{prefix}/Conv", kernel_shape=[k, k], strides=[stride, stride], pads=[k // 2] * 4)
         return self.bn(y, f"{prefix}.bn", cout)
 
+    def branch(self, name: str, build: Callable[[], Sequence[str]]) -> onnx.GraphProto:
+        """A subgraph (an ``If`` branch) of the nodes ``build`` adds, reading outer-scope values
+        by name; its outputs are the float values ``build`` returns."""
+        outer, self.nodes = self.nodes, []
+        outs = build()
+        nodes, self.nodes = self.nodes, outer
+        types = [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs]
+        return helper.make_graph(nodes, name, [], types)
+
     # -- the model
 
     def output(self, value: str, name: str) -> str:
@@ -247,8 +256,10 @@ def lstm_step(batch: int = 2, vocab: int = 500, embed: int = 64, hidden: int = 1
 # VAD: STFT conv, conv1d encoder, LSTM, sigmoid
 
 
-def vad(batch: int = 1, samples: int = 512, context: int = 64, n_fft: int = 128, hop: int = 64, hidden: int = 64) -> tuple[onnx.ModelProto, dict]:
-    b = Builder("vad", seed=3)
+def vad(batch: int = 1, samples: int = 512, context: int = 64, n_fft: int = 128, hop: int = 64, hidden: int = 64, gated: bool = False) -> tuple[onnx.ModelProto, dict]:
+    """A streaming VAD step. ``gated``: an ``If`` on the audio chunk's energy runs the LSTM and
+    the head only for sound and keeps the state for silence (as VAD exporters write branches)."""
+    b = Builder("vad_if" if gated else "vad", seed=3)
     audio = b.input("input", TensorProto.FLOAT, ["batch", samples])
     state = b.input("state", TensorProto.FLOAT, [2, "batch", hidden])
     ctx = b.input("context", TensorProto.FLOAT, ["batch", context])
@@ -298,13 +309,27 @@ def vad(batch: int = 1, samples: int = 512, context: int = 64, n_fft: int = 128,
     w = b.weight("decoder.rnn.weight_ih", (1, 4 * hidden, hidden))
     r = b.weight("decoder.rnn.weight_hh", (1, 4 * hidden, hidden))
     bias = b.weight("decoder.rnn.bias", (1, 8 * hidden), 0.1)
-    y, y_h, y_c = b.node("LSTM", [x, w, r, bias, "", h0, c0], n_out=3, name="/decoder/rnn/LSTM", hidden_size=hidden)
-    # [frames, 1, batch, hidden] -> [batch, hidden, frames]
-    y = b.node("Squeeze", [y, b.constant([1])])
-    y = b.node("Relu", [b.node("Transpose", [y], perm=[1, 2, 0])])
-    y = b.conv1d(y, "decoder.head", hidden, 1, 1)
-    y = b.node("Sigmoid", [y])
-    prob = b.node("ReduceMean", [b.view(y, [batch_dim, -1])], axes=[1], keepdims=1)
+
+    def decoder() -> list[str]:
+        y, y_h, y_c = b.node("LSTM", [x, w, r, bias, "", h0, c0], n_out=3, name="/decoder/rnn/LSTM", hidden_size=hidden)
+        # [frames, 1, batch, hidden] -> [batch, hidden, frames]
+        y = b.node("Squeeze", [y, b.constant([1])])
+        y = b.node("Relu", [b.node("Transpose", [y], perm=[1, 2, 0])])
+        y = b.conv1d(y, "decoder.head", hidden, 1, 1)
+        y = b.node("Sigmoid", [y])
+        return [b.node("ReduceMean", [b.view(y, [batch_dim, -1])], axes=[1], keepdims=1), y_h, y_c]
+
+    def silence() -> list[str]:
+        # probability 0 per batch row, the state as it was
+        zero = b.node("Mul", [b.node("ReduceMean", [x], axes=[0, 2], keepdims=0), b.constant(0.0, np.float32)])
+        return [b.node("Unsqueeze", [zero, b.constant([1])]), b.node("Identity", [h0]), b.node("Identity", [c0])]
+
+    if gated:
+        energy = b.node("ReduceMean", [b.node("Mul", [audio, audio])], keepdims=0)
+        speech = b.node("Greater", [energy, b.constant(1e-4, np.float32)])
+        prob, y_h, y_c = b.node("If", [speech], n_out=3, then_branch=b.branch("speech", decoder), else_branch=b.branch("silence", silence))
+    else:
+        prob, y_h, y_c = decoder()
     b.output(prob, "output")
     b.output(b.node("Concat", [y_h, y_c], axis=0), "state_out")
     b.output(new_ctx, "context_out")
@@ -442,6 +467,7 @@ MODELS: dict[str, Callable[[], tuple[onnx.ModelProto, dict]]] = {
     "gru-step": gru_step,
     "lstm-step": lstm_step,
     "vad": vad,
+    "vad-if": lambda: vad(gated=True),
     "seq2seq-decoder": seq2seq_decoder,
     "classifier": classifier,
 }

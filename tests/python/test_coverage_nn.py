@@ -1,9 +1,10 @@
 """Coverage of nn / text / signal forms: TfIdfVectorizer, MelWeightMatrix, BatchNormalization in
-training mode, Dropout with a ratio of 0 in training, RNN / GRU / LSTM with layout=1, MaxUnpool
-with output_shape and Resize align_corners downsampling. Each case runs on the MLX EP (its
-nodes asserted on MLX) and is compared to ORT's CPU EP, or, where ORT has no kernel for the
-form (recurrent layout=1) or disagrees with the ONNX reference (Resize align_corners with
-scales), to a reference stated in the test.
+training mode, Dropout in training (exact with a ratio of 0, drawn at random otherwise), RNN /
+GRU / LSTM with layout=1, MaxUnpool with output_shape and Resize align_corners downsampling.
+Each case runs on the MLX EP (its nodes asserted on MLX) and is compared to ORT's CPU EP, or,
+where ORT has no kernel for the form (recurrent layout=1) or disagrees with the ONNX reference
+(Resize align_corners with scales), to a reference stated in the test; random drops are
+checked statistically.
 """
 
 from __future__ import annotations
@@ -224,23 +225,45 @@ def test_dropout_training_zero_ratio(training, mask, dtype):
         assert out[1].dtype == np.bool_ and out[1].all()
 
 
-def test_dropout_training_runtime_ratio_is_declined():
-    # A ratio known only at run time may be nonzero, and then drops at random.
-    feeds = {"x": randn(2, 3), "r": np.array(0.0, np.float32), "t": np.array(True)}
-    node = helper.make_node("Dropout", ["x", "r", "t"], ["y"], name="dropout", seed=0)
-    model = graph_model([node], feeds, ["y"], opset=13)
-    session = make_session(model)
-    run(session, feeds)
-    assert_on_cpu(session, ["Dropout"])
+def test_dropout_training_runtime_ratio_zero_is_exact():
+    """A ratio known only at run time: drawn on MLX; with the value 0 nothing is dropped."""
+    x = randn(3, 4, 5, seed=7)
+    feeds = {"x": x, "r": np.array(0.0, np.float32), "t": np.array(True)}
+    node = helper.make_node("Dropout", ["x", "r", "t"], ["y", "m"], name="dropout", seed=0)
+    model = graph_model([node], feeds, ["y", "m"], opset=13)
+    out = check_against_cpu(model, feeds, ["Dropout"], rtol=0, atol=0)
+    np.testing.assert_array_equal(out[0], x)
+    assert out[1].all()
 
 
-def test_dropout_training_nonzero_ratio_is_declined():
-    feeds = {"x": randn(2, 3), "t": np.array(True)}
-    node = helper.make_node("Dropout", ["x", "r", "t"], ["y"], name="dropout", seed=0)
-    model = graph_model([node], feeds, ["y"], consts={"r": np.array(0.5, np.float32)}, opset=13)
+@pytest.mark.parametrize("ratio", [0.25, 0.5, None], ids=["r0.25", "r0.5", "default"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
+def test_dropout_training_drops_at_random(ratio, dtype):
+    """mask = uniform >= ratio, y = mask ? x / (1 - ratio) : 0; a new mask each run; with a
+    run-time training_mode of false, y = x and the mask is all true."""
+    x = (randn(64, 128, seed=8) + 3.0).astype(dtype)
+    feeds = {"x": x, "t": np.array(True)}
+    inputs = ["x", "r", "t"] if ratio is not None else ["x", "", "t"]
+    if ratio is not None:
+        feeds["r"] = np.array(ratio, np.float32)
+    node = helper.make_node("Dropout", inputs, ["y", "m"], name="dropout", seed=3)
+    model = graph_model([node], feeds, ["y", "m"], opset=13)
     session = make_session(model)
-    run(session, feeds)
-    assert_on_cpu(session, ["Dropout"])
+    y, m = run(session, feeds)
+    assert_on_mlx(session, ["Dropout"])
+    r = 0.5 if ratio is None else ratio
+    assert y.dtype == dtype and m.dtype == np.bool_ and y.shape == x.shape == m.shape
+    kept = m.mean()
+    assert abs(kept - (1 - r)) < 0.02, kept
+    scale = dtype(1.0) / (dtype(1.0) - dtype(r))
+    np.testing.assert_allclose(y[m], (x[m].astype(np.float32) * np.float32(scale)).astype(dtype), rtol=1e-3)
+    assert (y[~m] == 0).all()
+    y2, m2 = run(session, feeds)
+    assert (m2 != m).any(), "the mask repeated across runs"
+    off = dict(feeds, t=np.array(False))
+    y3, m3 = run(session, off)
+    np.testing.assert_array_equal(y3, x)
+    assert m3.all()
 
 
 # ---------------------------------------------------------------------------

@@ -18,10 +18,11 @@ CARRIED = {
     "gru-step": {f"h_{i}_out": f"h_{i}" for i in range(3)},
     "lstm-step": {"h_out": "h_in", "c_out": "c_in"},
     "vad": {"state_out": "state", "context_out": "context"},
+    "vad-if": {"state_out": "state", "context_out": "context"},
 }
 
 #: Node counts the builders are meant to have (held-out style: 20 to 400 nodes).
-NODES = {"gru-step": 26, "lstm-step": 24, "vad": 102, "seq2seq-decoder": 357, "classifier": 62}
+NODES = {"gru-step": 26, "lstm-step": 24, "vad": 102, "vad-if": 96, "seq2seq-decoder": 357, "classifier": 62}
 
 
 def close(actual, expected, names) -> None:
@@ -46,6 +47,24 @@ def test_small_graph_on_mlx_matches_cpu(name):
         for out, inp in carried.items():
             mlx_feeds[inp] = actual[names.index(out)]
             cpu_feeds[inp] = expected[names.index(out)]
+    assert_all_on_mlx(session)
+
+
+def test_vad_if_takes_both_branches_on_mlx():
+    """Sound, then silent chunks, then sound again on one session: the If's branches alternate,
+    the state carries through the silence unchanged, every node stays on MLX."""
+    model, feeds = MODELS["vad-if"]()
+    cpu, session = make_session(model, mlx=False), make_session(model, mlx=True)
+    names = [o.name for o in session.get_outputs()]
+    state = feeds["state"]
+    for scale in (1.0, 0.0, 0.0, 1.0):
+        f = dict(feeds, input=feeds["input"] * scale, state=state)
+        actual, expected = run(session, f), run(cpu, f)
+        close(actual, expected, names)
+        if scale == 0.0:
+            assert float(np.max(np.abs(actual[names.index("output")]))) == 0.0
+            np.testing.assert_array_equal(actual[names.index("state_out")], state)
+        state = actual[names.index("state_out")]
     assert_all_on_mlx(session)
 
 

@@ -182,6 +182,9 @@ impl ComputeInfo {
 
         let mut metas: Vec<(DataType, Vec<i64>, *const u8, usize)> =
             Vec::with_capacity(self.wiring.input_map.len());
+        // String inputs, read through ORT's string API (they have no flat buffer).
+        let mut owned: Vec<Option<onnx_ir::TensorData>> =
+            Vec::with_capacity(self.wiring.input_map.len());
         for (j, &idx) in self.wiring.input_map.iter().enumerate() {
             let name = &self.wiring.input_names[j];
             if idx >= count {
@@ -199,6 +202,15 @@ impl ComputeInfo {
             }
             // SAFETY: live input value.
             let (dtype, dims) = unsafe { value_type(api, v) }.map_err(|e| e.context(name))?;
+            if dtype == DataType::String {
+                // SAFETY: live string tensor of these dims.
+                let t = unsafe { crate::strings::read_strings(api, v, &dims) }
+                    .map_err(|e| e.context(name))?;
+                metas.push((dtype, dims, ptr::null(), 0));
+                owned.push(Some(t));
+                continue;
+            }
+            owned.push(None);
             // SAFETY: live input value.
             let size = api.out("GetTensorSizeInBytes", 0usize, |out| unsafe {
                 (o.GetTensorSizeInBytes)(v, out)
@@ -215,10 +227,13 @@ impl ComputeInfo {
         }
         let inputs: Vec<InputTensor<'_>> = metas
             .iter()
-            .map(|(dtype, dims, data, size)| InputTensor {
+            .zip(&owned)
+            .map(|((dtype, dims, data, size), owned)| InputTensor {
                 dtype: *dtype,
                 dims,
-                data: if *size == 0 {
+                data: if let Some(t) = owned {
+                    &t.bytes
+                } else if *size == 0 {
                     &[]
                 } else {
                     // SAFETY: ORT's input buffer of `size` bytes, alive during Compute.
@@ -329,11 +344,31 @@ impl ComputeInfo {
                 return Err(EpError::new(format!("ORT gave no buffer for output #{k}")));
             }
             // SAFETY: live output value.
-            let (dtype, _) = unsafe { value_type(api, ov) }?;
+            let (dtype, allocated_dims) = unsafe { value_type(api, ov) }?;
             if dtype != out.dtype {
                 return Err(EpError::new(format!(
                     "output #{k}: ORT allocated {dtype}, the plan produced {}",
                     out.dtype
+                )));
+            }
+            if let Some(elements) = out.strings() {
+                let numel = allocated_dims
+                    .iter()
+                    .try_fold(1usize, |n, &d| n.checked_mul(usize::try_from(d).ok()?));
+                if numel != Some(elements.len()) {
+                    return Err(EpError::new(format!(
+                        "output #{k}: ORT allocated {allocated_dims:?} strings, the plan produced {}",
+                        elements.len()
+                    )));
+                }
+                // SAFETY: live string output of `numel` elements.
+                unsafe { crate::strings::write_strings(api, ov, &elements) }?;
+                io.copied_output_bytes += out.data().len() as u64;
+                continue;
+            }
+            if out.dtype == DataType::String {
+                return Err(EpError::new(format!(
+                    "output #{k}: the plan's string bytes are malformed"
                 )));
             }
             // SAFETY: live output value.

@@ -259,9 +259,6 @@ pub unsafe fn read_tensor(api: &Api, value: *const OrtValue) -> Result<TensorDat
     unsafe { (api.ort.ReleaseTensorTypeAndShapeInfo)(info) };
     let (dtype, shape) = shape?;
     let dtype = dtype.ok_or_else(|| EpError::new("tensor of an element type the IR lacks"))?;
-    if dtype == DataType::String {
-        return Err(EpError::new("string tensors are not read"));
-    }
     let dims: Vec<i64> = shape
         .unwrap_or_default()
         .iter()
@@ -270,6 +267,10 @@ pub unsafe fn read_tensor(api: &Api, value: *const OrtValue) -> Result<TensorDat
                 .ok_or_else(|| EpError::new("tensor with a non-fixed dim"))
         })
         .collect::<Result<_, _>>()?;
+    if dtype == DataType::String {
+        // SAFETY: live string tensor of these dims.
+        return unsafe { crate::strings::read_strings(api, value, &dims) };
+    }
     // SAFETY: live value.
     let size = api.out("GetTensorSizeInBytes", 0usize, |out| unsafe {
         (api.ort.GetTensorSizeInBytes)(value, out)
@@ -859,6 +860,16 @@ mod tests {
                     bytes: [5i64, 6].iter().flat_map(|v| v.to_le_bytes()).collect(),
                 }),
             ),
+            mock_attr(
+                "st",
+                MockAttrValue::Tensor(MockValue {
+                    ty: MockType::tensor(8, &[3], &[]),
+                    bytes: onnx_ir::TensorData::from_strings(vec![3], &["a", "", "日本"])
+                        .unwrap()
+                        .bytes
+                        .to_vec(),
+                }),
+            ),
             mock_attr("sp", MockAttrValue::Sparse),
         ];
         let nodes = vec![
@@ -940,6 +951,14 @@ mod tests {
         );
         match &at["t"] {
             Attribute::Tensor(t) => assert_eq!(t.to_i64_vec().unwrap(), vec![5, 6]),
+            other => panic!("{other:?}"),
+        }
+        // A string tensor attribute is read through ORT's string API.
+        match &at["st"] {
+            Attribute::Tensor(t) => {
+                assert_eq!(t.dtype, DataType::String);
+                assert_eq!(t.strings().unwrap(), [&b"a"[..], b"", "日本".as_bytes()]);
+            }
             other => panic!("{other:?}"),
         }
         assert!(matches!(at["sp"], Attribute::Unsupported(_)));

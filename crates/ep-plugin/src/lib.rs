@@ -59,6 +59,7 @@ mod logging;
 mod mock_ort;
 pub mod options;
 mod profiler;
+mod strings;
 mod summary;
 pub mod trace;
 

@@ -40,7 +40,8 @@ impl MockType {
     }
 }
 
-/// A tensor value.
+/// A tensor value; a string tensor (element type 8) holds its elements in `bytes` in the IR's
+/// length-prefixed form (`onnx_ir::TensorData::from_strings`).
 pub struct MockValue {
     pub ty: MockType,
     pub bytes: Vec<u8>,
@@ -219,6 +220,34 @@ unsafe extern "system" fn tensor_data(v: *const OrtValue, out: *mut *const c_voi
     ok()
 }
 unsafe extern "system" fn release_value(_v: *mut OrtValue) {}
+unsafe fn mock_strings<'a>(v: *const OrtValue) -> Vec<&'a [u8]> {
+    onnx_ir::decode_strings(unsafe { &(*(v as *const MockValue)).bytes }).unwrap_or_default()
+}
+unsafe extern "system" fn string_data_length(v: *const OrtValue, out: *mut usize) -> OrtStatusPtr {
+    unsafe { *out = mock_strings(v).iter().map(|s| s.len()).sum() };
+    ok()
+}
+unsafe extern "system" fn string_content(
+    v: *const OrtValue,
+    s: *mut c_void,
+    s_len: usize,
+    offsets: *mut usize,
+    offsets_len: usize,
+) -> OrtStatusPtr {
+    let elements = unsafe { mock_strings(v) };
+    if offsets_len != elements.len() || s_len < elements.iter().map(|e| e.len()).sum() {
+        return err("buffers of the wrong size");
+    }
+    let mut at = 0;
+    for (i, e) in elements.iter().enumerate() {
+        unsafe {
+            *offsets.add(i) = at;
+            ptr::copy_nonoverlapping(e.as_ptr(), (s as *mut u8).add(at), e.len());
+        }
+        at += e.len();
+    }
+    ok()
+}
 
 unsafe extern "system" fn is_const_init(v: *const OrtValueInfo, out: *mut bool) -> OrtStatusPtr {
     unsafe { *out = vi(v).initializer.is_some() };
@@ -474,6 +503,8 @@ pub fn mock_api(host_minor: u32) -> Api {
     o.ReleaseTensorTypeAndShapeInfo = release_tensor_info;
     o.GetTensorSizeInBytes = tensor_size;
     o.GetTensorData = tensor_data;
+    o.GetStringTensorDataLength = string_data_length;
+    o.GetStringTensorContent = string_content;
     o.ReleaseValue = release_value;
     o.ValueInfo_IsConstantInitializer = is_const_init;
     o.ValueInfo_IsFromOuterScope = is_outer;

@@ -155,6 +155,16 @@ impl Stream {
         Ok(s)
     }
 
+    /// The type of the device the stream runs on.
+    pub fn device_type(&self) -> Result<DeviceType> {
+        // SAFETY: a fresh device handle, set from the stream and freed by Drop.
+        let mut d = Device {
+            raw: unsafe { sys::mlx_device_new() },
+        };
+        check(unsafe { sys::mlx_stream_get_device(&mut d.raw, self.raw) })?;
+        d.device_type()
+    }
+
     /// Waits until every queued operation on the stream has finished.
     pub fn synchronize(&self) -> Result<()> {
         // SAFETY: valid handle.

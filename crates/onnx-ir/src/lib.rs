@@ -22,4 +22,4 @@ mod tensor;
 
 pub use dtype::DataType;
 pub use graph::{Attribute, DEFAULT_DOMAIN, Dim, Graph, IrError, Node, ValueInfo};
-pub use tensor::TensorData;
+pub use tensor::{TensorData, decode_strings};

@@ -6,7 +6,10 @@ use crate::DataType;
 
 /// An immutable dense tensor: element type, dims and little-endian bytes.
 ///
-/// The bytes are shared (`Arc`), so cloning is cheap.
+/// The bytes are shared (`Arc`), so cloning is cheap. A string tensor
+/// ([`DataType::String`]) holds its elements in row-major order, each as its byte length (a
+/// little-endian `u64`) followed by its bytes (UTF-8 by ONNX's convention, not checked here):
+/// make one with [`TensorData::from_strings`] and read it with [`TensorData::strings`].
 #[derive(Clone, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct TensorData {
@@ -14,7 +17,8 @@ pub struct TensorData {
     pub dtype: DataType,
     /// Dimensions; empty for a scalar.
     pub dims: Vec<i64>,
-    /// Raw little-endian element bytes, `numel * size_in_bytes` long for fixed-size types.
+    /// Raw little-endian element bytes, `numel * size_in_bytes` long for fixed-size types;
+    /// length-prefixed elements for strings (see [`TensorData`]).
     pub bytes: Arc<[u8]>,
 }
 
@@ -29,7 +33,8 @@ impl std::fmt::Debug for TensorData {
 }
 
 impl TensorData {
-    /// A tensor from raw bytes; fails when the byte count disagrees with dtype and dims.
+    /// A tensor from raw bytes; fails when the byte count disagrees with dtype and dims (for
+    /// strings: when the bytes are not `numel` length-prefixed elements).
     pub fn new(
         dtype: DataType,
         dims: Vec<i64>,
@@ -51,7 +56,55 @@ impl TensorData {
                 ));
             }
         }
+        if dtype == DataType::String {
+            let n = decode_strings(&t.bytes)?.len() as u64;
+            if n != t.numel() {
+                return Err(format!(
+                    "string tensor {:?} needs {} elements, has {n}",
+                    t.dims,
+                    t.numel()
+                ));
+            }
+        }
         Ok(t)
+    }
+
+    /// A string tensor of `values` (row-major; each element's bytes as they are); fails when
+    /// the count disagrees with `dims`.
+    pub fn from_strings<S: AsRef<[u8]>>(dims: Vec<i64>, values: &[S]) -> Result<Self, String> {
+        let total: usize = values.iter().map(|v| v.as_ref().len() + 8).sum();
+        let mut bytes = Vec::with_capacity(total);
+        for v in values {
+            let v = v.as_ref();
+            bytes.extend_from_slice(&(v.len() as u64).to_le_bytes());
+            bytes.extend_from_slice(v);
+        }
+        let t = TensorData {
+            dtype: DataType::String,
+            dims,
+            bytes: bytes.into(),
+        };
+        if t.dims.iter().any(|&d| d < 0) {
+            return Err(format!("tensor has a negative dim: {:?}", t.dims));
+        }
+        if values.len() as u64 != t.numel() {
+            return Err(format!(
+                "string tensor {:?} needs {} elements, has {}",
+                t.dims,
+                t.numel(),
+                values.len()
+            ));
+        }
+        Ok(t)
+    }
+
+    /// The elements of a string tensor, row-major; `None` for other types (and for bytes that
+    /// are not length-prefixed elements, which [`TensorData::new`] refuses).
+    pub fn strings(&self) -> Option<Vec<&[u8]>> {
+        if self.dtype != DataType::String {
+            return None;
+        }
+        decode_strings(&self.bytes).ok()
     }
 
     /// A tensor of little-endian `i64` values.
@@ -112,6 +165,25 @@ impl TensorData {
     }
 }
 
+/// Splits the bytes of a string tensor into its elements (each a little-endian `u64` length
+/// followed by that many bytes; see [`TensorData`]); fails on bytes of another form.
+pub fn decode_strings(mut bytes: &[u8]) -> Result<Vec<&[u8]>, String> {
+    let mut out = Vec::new();
+    while !bytes.is_empty() {
+        let Some((len, rest)) = bytes.split_first_chunk::<8>() else {
+            return Err("string tensor bytes end inside a length prefix".into());
+        };
+        let len = usize::try_from(u64::from_le_bytes(*len))
+            .ok()
+            .filter(|&l| l <= rest.len())
+            .ok_or("a string element is longer than the tensor's bytes")?;
+        let (s, rest) = rest.split_at(len);
+        out.push(s);
+        bytes = rest;
+    }
+    Ok(out)
+}
+
 fn f16_to_f64(h: u16) -> f64 {
     let sign = if h & 0x8000 != 0 { -1.0 } else { 1.0 };
     let exp = ((h >> 10) & 0x1f) as i32;
@@ -141,6 +213,23 @@ mod tests {
         assert!(TensorData::new(DataType::Float, vec![2, 2], vec![0u8; 16]).is_ok());
         assert!(TensorData::new(DataType::Float, vec![2, 2], vec![0u8; 15]).is_err());
         assert!(TensorData::new(DataType::Float, vec![-1], vec![]).is_err());
+    }
+
+    #[test]
+    fn strings_round_trip() {
+        let t = TensorData::from_strings(vec![2, 2], &["a", "", "héllo", "x\0y"]).unwrap();
+        assert_eq!(t.numel(), 4);
+        let s = t.strings().unwrap();
+        assert_eq!(s, vec![&b"a"[..], b"", "héllo".as_bytes(), b"x\0y"]);
+        let again = TensorData::new(DataType::String, vec![4], t.bytes.to_vec()).unwrap();
+        assert_eq!(again.strings().unwrap().len(), 4);
+        assert!(TensorData::new(DataType::String, vec![3], t.bytes.to_vec()).is_err());
+        assert!(TensorData::new(DataType::String, vec![1], vec![5u8, 0, 0]).is_err());
+        assert!(TensorData::new(DataType::String, vec![1], vec![9, 0, 0, 0, 0, 0, 0, 0]).is_err());
+        let empty = TensorData::from_strings::<&str>(vec![0, 3], &[]).unwrap();
+        assert_eq!(empty.strings().unwrap().len(), 0);
+        assert!(TensorData::from_strings(vec![2], &["a"]).is_err());
+        assert_eq!(TensorData::from_f32(vec![1], &[1.0]).strings(), None);
     }
 
     #[test]

@@ -19,12 +19,7 @@ use crate::step::{Slot, Step};
 /// constant, however many matmuls read it); drops the originals nothing reads any more.
 /// Returns how many steps were rewritten.
 pub fn transpose_constant_weights(plan: &mut Plan) -> usize {
-    let consts: HashMap<Slot, usize> = plan
-        .constants
-        .iter()
-        .enumerate()
-        .map(|(i, (s, _))| (*s, i))
-        .collect();
+    let consts = plan.constant_positions();
     let mut made: HashMap<Slot, Slot> = HashMap::new();
     let mut rewritten = 0;
     for i in 0..plan.steps.len() {

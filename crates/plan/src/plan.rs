@@ -130,6 +130,15 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// The index in [`Plan::constants`] of each constant slot.
+    pub fn constant_positions(&self) -> std::collections::HashMap<Slot, usize> {
+        self.constants
+            .iter()
+            .enumerate()
+            .map(|(i, (s, _))| (*s, i))
+            .collect()
+    }
+
     /// Adds a synthesised constant (no initializer behind it) in a new slot named `name`.
     pub fn push_constant(&mut self, name: String, t: TensorData) -> Slot {
         let slot = Slot(self.num_slots as u32);
@@ -167,6 +176,9 @@ impl Plan {
 impl Plan {
     /// The most permissive compile mode the steps allow.
     pub fn compile_class(&self) -> CompileClass {
+        if self.has_strings() {
+            return CompileClass::Eager;
+        }
         let host_bound = self.host_known_slots();
         let mut class = if self.host.is_empty() {
             CompileClass::Shapeless
@@ -197,6 +209,18 @@ impl Plan {
     pub fn compile_blockers(&self) -> Vec<CompileBlocker> {
         let host_bound = self.host_known_slots();
         let mut out = Vec::new();
+        if let Some(s) = self.slots.iter().find(|s| s.dtype == DataType::String) {
+            out.push(CompileBlocker {
+                step: None,
+                node: s.name.clone(),
+                op_type: String::new(),
+                limits_to: CompileClass::Eager,
+                reason: format!(
+                    "string value '{}' lives on the host (MLX has no strings): the plan runs eagerly",
+                    s.name
+                ),
+            });
+        }
         if !self.host.is_empty() {
             let nodes: Vec<String> = self
                 .host
@@ -278,6 +302,12 @@ impl Plan {
             }
         }
         out
+    }
+
+    /// True when a slot holds strings: such values live on the host only (host kernels read
+    /// and write them, the runtime never makes an array of them), so the plan runs eagerly.
+    pub fn has_strings(&self) -> bool {
+        self.slots.iter().any(|s| s.dtype == DataType::String)
     }
 
     /// For each slot, the index of the last step reading it (`None` when no step does);
@@ -644,6 +674,15 @@ impl<'g> LowerCtx<'g> {
             return Ok(s);
         }
         if let Some(t) = self.known.get(name).cloned() {
+            if t.dtype == DataType::String {
+                // no array holds strings: a host kernel takes them as `HostArg::Const`
+                return Err(PlanError::Unsupported {
+                    node: self.node_name.clone(),
+                    reason: format!(
+                        "reads the string constant '{name}' as an array (MLX has no strings)"
+                    ),
+                });
+            }
             let s = self.new_slot(name.to_string(), t.dtype);
             self.constants.push((s, t));
             self.constant_sources.push(
@@ -1081,7 +1120,15 @@ fn eliminate_common_steps(steps: &mut Vec<Step>, spans: &mut [NodeSpan]) -> Hash
         let outs = step.outputs();
         let mut key_step = step.clone();
         key_step.map_outputs(&mut |s| *s = Slot(u32::MAX));
-        let key = format!("{key_step:?}");
+        let mut key = format!("{key_step:?}");
+        // A constant argument prints as its dtype and dims only: its bytes tell two apart.
+        if let Step::HostKernel { inputs: args, .. } | Step::HostEval { args, .. } = &step {
+            for a in args {
+                if let crate::host::HostArg::Const(t) = a {
+                    key.push_str(&format!("{:?}", t.bytes));
+                }
+            }
+        }
         if let Some(prev) = seen.get(&key) {
             for (o, p) in outs.iter().zip(prev) {
                 remap.insert(*o, *p);

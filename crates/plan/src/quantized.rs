@@ -55,12 +55,7 @@ pub fn dequantize_affine_t(
 /// with the dequantized weight; drops the packed constants nothing reads any more. Returns how
 /// many steps were rewritten.
 pub fn dequantize_quantized_matmuls(plan: &mut Plan) -> usize {
-    let consts: HashMap<Slot, usize> = plan
-        .constants
-        .iter()
-        .enumerate()
-        .map(|(i, (s, _))| (*s, i))
-        .collect();
+    let consts = plan.constant_positions();
     let mut made: HashMap<(Slot, Slot, Slot), Slot> = HashMap::new();
     let mut rewritten = 0;
     for i in 0..plan.steps.len() {

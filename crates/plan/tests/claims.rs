@@ -220,10 +220,13 @@ fn constants_and_dropout() {
     assert!(claim(&g, 0).is_ok());
     g.node("Dropout", &["x"], &["y2"]);
     assert!(claim(&g, 1).is_ok());
-    // training mode known only at run time: not claimed (inference only)
+    // training mode known only at run time: claimed (drops at random when true)
     g.input("t", DataType::Bool, &[]);
     g.node("Dropout", &["x", "", "t"], &["y3"]);
-    declined(&g, 2, "training_mode");
+    assert!(claim(&g, 2).is_ok());
+    g.input("i", DataType::Int64, &[2]);
+    g.node("Dropout", &["i", "", "t"], &["y4"]);
+    declined(&g, 3, "not claimed");
 }
 
 #[test]

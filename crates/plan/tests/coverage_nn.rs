@@ -1,5 +1,5 @@
 //! Claims, declines and lowerings of TfIdfVectorizer, MelWeightMatrix, BatchNormalization in
-//! training mode and Dropout in training with a ratio of 0.
+//! training mode and Dropout in training (a ratio of 0 exact, others drawn at random).
 
 mod common;
 
@@ -105,7 +105,7 @@ fn batch_norm_training_mode() {
 }
 
 #[test]
-fn dropout_training_needs_a_constant_zero_ratio() {
+fn dropout_training_draws_unless_the_ratio_is_a_constant_zero() {
     let build = |ratio: Option<f32>| {
         let mut g = G::new(13);
         g.input("x", DataType::Float, &[2, 3]);
@@ -123,6 +123,29 @@ fn dropout_training_needs_a_constant_zero_ratio() {
         g
     };
     assert_eq!(claim(&build(Some(0.0)), 0), Ok(()));
-    declined(&build(Some(0.5)), 0, "constant ratio of 0");
-    declined(&build(None), 0, "constant ratio of 0");
+    // a ratio of 0 passes x through: no random draw
+    let p = plan_of(&build(Some(0.0)).build());
+    assert_eq!(
+        count(&p, |s| matches!(s, plan::Step::Random { .. })),
+        0,
+        "{p}"
+    );
+    // a nonzero or run-time ratio drops at random: uniform >= ratio, x / (1 - ratio)
+    for g in [build(Some(0.5)), build(None)] {
+        assert_eq!(claim(&g, 0), Ok(()));
+        let p = plan_of(&g.build());
+        assert_eq!(
+            count(&p, |s| matches!(s, plan::Step::Random { .. })),
+            1,
+            "{p}"
+        );
+        assert_eq!(p.compile_class(), plan::CompileClass::Eager);
+    }
+    // float64 training is declined (the draws are float32)
+    let mut g = G::new(13);
+    g.input("x", DataType::Double, &[2]);
+    g.input("t", DataType::Bool, &[]);
+    g.output_any("y", DataType::Double);
+    g.node("Dropout", &["x", "", "t"], &["y"]);
+    declined(&g, 0, "float64 training");
 }

@@ -212,7 +212,7 @@ fn label_encoder_numeric_forms() {
     declined(
         &one("LabelEncoder", 1, I64, &[-1], I64, &ii),
         0,
-        "outside the supported opset range",
+        "classes_strings is required",
     );
     let ff = [
         ("keys_floats", floats(&[1.0])),
@@ -238,16 +238,25 @@ fn label_encoder_numeric_forms() {
     declined(
         &one("LabelEncoder", 2, I64, &[3], F, &tensors),
         0,
-        "no numeric keys",
+        "no keys",
     );
     let s = [
         ("keys_int64s", ints(&[1])),
         ("values_strings", strings(&["a"])),
     ];
+    // strings on either side: the host kernel
+    claim(&one("LabelEncoder", 2, I64, &[3], DataType::String, &s), 0).unwrap();
+    let i32s = [
+        ("keys_int64s", ints(&[1])),
+        (
+            "values_tensor",
+            Attribute::Tensor(TensorData::new(DataType::Int32, vec![1], vec![7, 0, 0, 0]).unwrap()),
+        ),
+    ];
     declined(
-        &one("LabelEncoder", 2, I64, &[3], DataType::String, &s),
+        &one("LabelEncoder", 4, I64, &[3], DataType::Int32, &i32s),
         0,
-        "MLX has no strings",
+        "values of type int32 are not claimed",
     );
     let uneven = [
         ("keys_int64s", ints(&[1, 2])),

@@ -101,6 +101,11 @@ impl Slots {
         self.host_values.insert(slot, value);
     }
 
+    /// The host value of a slot, if it has one (a host-only string value, a host result).
+    pub(crate) fn host_value(&self, slot: Slot) -> Option<&onnx_ir::TensorData> {
+        self.host_values.get(&slot)
+    }
+
     /// Leaves `slot` without an array on purpose (see [`Slots::is_absent`]).
     fn set_absent(&mut self, slot: Slot) {
         self.absent.insert(slot);
@@ -517,8 +522,7 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
             };
             let sinks = sinks.map(|m| slots.get(m)).transpose()?;
             let (q, k, v) = (slots.get(*q)?, slots.get(*k)?, slots.get(*v)?);
-            fast::scaled_dot_product_attention_sinks(q, k, v, *scale, mask, sinks, s)
-                .map_err(err)?
+            crate::attention::attention(q, k, v, *scale, mask, sinks, s).map_err(err)?
         }
         Reduce {
             op,
@@ -829,8 +833,8 @@ pub(crate) fn execute(step: &Step, slots: &mut Slots, s: &Stream) -> Result<(), 
                     outputs.len()
                 )));
             }
-            for (slot, t) in outputs.iter().zip(&results) {
-                slots.set(*slot, host_array(t)?);
+            for (slot, t) in outputs.iter().zip(results) {
+                crate::strings::bind_result(slots, *slot, t)?;
             }
             return Ok(());
         }

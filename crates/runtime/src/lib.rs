@@ -5,6 +5,7 @@
 //! [`Executable::run`] binds the inputs, interprets the steps (building MLX's lazy graph),
 //! evaluates the outputs together and hands back their bytes.
 
+mod attention;
 mod compiled;
 mod config;
 mod contrib;
@@ -21,6 +22,7 @@ mod packed;
 mod probe;
 mod random;
 mod stats;
+mod strings;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -106,7 +108,8 @@ pub struct InputTensor<'a> {
     pub dtype: DataType,
     /// Dimensions.
     pub dims: &'a [i64],
-    /// Element bytes, row-major.
+    /// Element bytes, row-major (for strings: each element's little-endian `u64` length and
+    /// bytes, as [`TensorData::from_strings`] writes them).
     pub data: &'a [u8],
 }
 
@@ -117,12 +120,22 @@ pub struct OutputTensor {
     /// Dimensions.
     pub dims: Vec<i64>,
     array: Array,
-    /// The packed bytes of a sub-byte type (int4, int2, ...), which MLX holds one per byte.
+    /// The packed bytes of a sub-byte type (int4, int2, ...), which MLX holds one per byte;
+    /// the length-prefixed elements of a string tensor, which MLX does not hold at all.
     packed: Option<Vec<u8>>,
 }
 
 impl OutputTensor {
-    /// Element bytes, row-major and contiguous (packed for the sub-byte types).
+    /// The elements of a string output (`None` for other types).
+    pub fn strings(&self) -> Option<Vec<&[u8]>> {
+        if self.dtype != DataType::String {
+            return None;
+        }
+        onnx_ir::decode_strings(self.packed.as_deref()?).ok()
+    }
+
+    /// Element bytes, row-major and contiguous (packed for the sub-byte types; for strings,
+    /// each element's `u64` length and bytes, see [`OutputTensor::strings`]).
     pub fn data(&self) -> &[u8] {
         if let Some(p) = &self.packed {
             return p;
@@ -166,6 +179,8 @@ pub(crate) struct Program {
     body_cache: Option<(Mutex<CompiledCache>, DeviceKind)>,
     /// The run counters of the random steps (see `random`).
     random: random::RandomSteps,
+    /// Whether the plan holds host-only (string) values (see `strings`): its runs are eager.
+    host_only: bool,
 }
 
 impl Program {
@@ -218,7 +233,21 @@ impl Program {
         s: &Stream,
         record: &mut Vec<probe::StepShapes>,
     ) -> Result<Vec<Array>, RuntimeError> {
-        self.trace_with(inputs, host, None, s, Some(record))
+        self.trace_with(inputs, host, None, s, Some(record), None)
+    }
+
+    /// [`Program::trace`] of a plan with host-only (string) values, eagerly: the outputs'
+    /// arrays (a placeholder for each string output) and, per output, its host value when it
+    /// is a string (see `strings`).
+    pub(crate) fn trace_host_only(
+        &self,
+        inputs: Vec<Array>,
+        host: &HostBinding,
+        s: &Stream,
+    ) -> Result<(Vec<Array>, Vec<Option<TensorData>>), RuntimeError> {
+        let mut values = Vec::new();
+        let arrays = self.trace_with(inputs, host, None, s, None, Some(&mut values))?;
+        Ok((arrays, values))
     }
 
     /// Names the node that step `i` belongs to in an error.
@@ -257,7 +286,7 @@ impl Program {
         host_arrays: Option<Vec<Array>>,
         s: &Stream,
     ) -> Result<Vec<Array>, RuntimeError> {
-        self.trace_with(inputs, host, host_arrays, s, None)
+        self.trace_with(inputs, host, host_arrays, s, None, None)
     }
 
     fn trace_with(
@@ -267,11 +296,15 @@ impl Program {
         host_arrays: Option<Vec<Array>>,
         s: &Stream,
         mut record: Option<&mut Vec<probe::StepShapes>>,
+        mut host_outputs: Option<&mut Vec<Option<TensorData>>>,
     ) -> Result<Vec<Array>, RuntimeError> {
         let mut slots = interpreter::Slots::new(self.plan.num_slots);
         slots.constant_ranges = self.constant_ranges.clone();
         for (input, array) in self.plan.inputs.iter().zip(inputs) {
-            slots.set(input.slot, array);
+            // a string input is bound as its host value (below), never as an array
+            if !strings::is_host_only(input.dtype) {
+                slots.set(input.slot, array);
+            }
         }
         for (slot, array) in &self.constants {
             slots.set(*slot, array.get());
@@ -330,6 +363,17 @@ impl Program {
             .outputs
             .iter()
             .map(|slot| {
+                if strings::is_host_only(self.plan.dtype(*slot)) {
+                    let value = strings::output_value(&slots, *slot)?;
+                    let sink = host_outputs.as_deref_mut().ok_or_else(|| {
+                        RuntimeError("a string output outside an eager run".into())
+                    })?;
+                    sink.push(Some(value));
+                    return strings::placeholder();
+                }
+                if let Some(sink) = host_outputs.as_deref_mut() {
+                    sink.push(None);
+                }
                 let a = slots.get(*slot)?.clone();
                 let want = to_mlx(self.plan.dtype(*slot))?;
                 if a.dtype() == want {
@@ -495,6 +539,7 @@ impl Program {
             .enumerate()
             .filter(|(n, i)| {
                 host_read_slots.contains(&i.slot)
+                    || strings::is_host_only(i.dtype)
                     || plan.host.value_inputs.iter().any(|(v, _)| v == n)
             })
             .map(|(n, _)| n)
@@ -514,7 +559,14 @@ impl Program {
                 .collect::<Result<Vec<_>, _>>()?;
             subs.insert(i, programs);
         }
+        let host_only = strings::has_host_only(&plan);
+        if host_only && is_body {
+            return Err(RuntimeError(
+                "a control-flow body holds string values, which run on the host only".into(),
+            ));
+        }
         let mut program = Program {
+            host_only,
             random: random::RandomSteps::new(&plan),
             release_after: release_schedule(&plan),
             guarded: plan.steps.iter().any(|step| guard::may_flag(&plan, step)),
@@ -740,6 +792,10 @@ impl Executable {
                     input.name, tensor.dtype, input.dtype
                 )));
             }
+            if strings::is_host_only(tensor.dtype) {
+                TensorData::new(tensor.dtype, tensor.dims.to_vec(), tensor.data)
+                    .map_err(|e| RuntimeError(format!("input '{}': {e}", input.name)))?;
+            }
         }
         let RunState {
             compiled,
@@ -755,6 +811,8 @@ impl Executable {
         for (tensor, bound) in inputs.iter().zip(bound) {
             arrays.push(match bound {
                 Some(a) => a,
+                // a string input is bound as its host value (see `strings`)
+                None if strings::is_host_only(tensor.dtype) => strings::placeholder()?,
                 None => {
                     let shape = dims_i32(tensor.dims)?;
                     // an input in the EP's device memory is a view of its block (no copy)
@@ -781,7 +839,15 @@ impl Executable {
         // The answer depends on the input shapes only, so it is remembered per shape set.
         let mut device = self.device;
         let mut on_cpu = None;
-        if device == DeviceKind::Gpu && inputs.iter().any(|t| t.dims.contains(&0)) {
+        let mut host_values = Vec::new();
+        if self.program.host_only {
+            // strings live on the host: one eager trace, string outputs as host values
+            let (traced, values) =
+                self.program
+                    .trace_host_only(arrays.clone(), &host, lane.stream(device))?;
+            host_values = values;
+            on_cpu = Some(traced);
+        } else if device == DeviceKind::Gpu && inputs.iter().any(|t| t.dims.contains(&0)) {
             let known = empty_outputs.get(&shapes).copied();
             if known != Some(false) {
                 let traced = self.program.trace(
@@ -860,7 +926,16 @@ impl Executable {
         let outputs = outputs
             .into_iter()
             .zip(&plan.outputs)
-            .map(|(array, slot)| {
+            .enumerate()
+            .map(|(k, (array, slot))| {
+                if let Some(Some(t)) = host_values.get_mut(k).map(Option::take) {
+                    return Ok(OutputTensor {
+                        dtype: t.dtype,
+                        dims: t.dims,
+                        array,
+                        packed: Some(t.bytes.to_vec()),
+                    });
+                }
                 // the plan's type when MLX holds it as this dtype (float8 codes are uint8)
                 let declared = plan.dtype(*slot);
                 let dtype = match to_mlx(declared) {

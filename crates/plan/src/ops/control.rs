@@ -222,6 +222,12 @@ fn claim_body(
         closed_body(node, name, g, cx.graph, formal, &claim_lookup(cx)).map_err(Decline::new)?;
     let plan = build_plan(&closed, registry)
         .map_err(|e| Decline::new(format!("{}: body '{name}': {e}", node.op_type)))?;
+    if plan.has_strings() {
+        crate::decline!(
+            "{}: body '{name}' holds string values, which live on the host only (a body runs as MLX steps)",
+            node.op_type
+        );
+    }
     Ok(plan.outputs.iter().map(|s| plan.dtype(*s)).collect())
 }
 

@@ -90,7 +90,8 @@ pub fn register(r: &mut Registry) {
     r.op("", "CastLike", 15, MAX, claim_cast, lower_cast);
     r.op("", "Clip", 6, MAX, claim_clip, lower_clip);
     r.op("", "Identity", 1, MAX, claim_identity, lower_identity);
-    r.op("", "Dropout", 7, MAX, claim_dropout, lower_dropout);
+    r.op("", "Dropout", 7, MAX, claim_dropout, lower_dropout)
+        .notes("training mode (opset 12+): MLX's uniform draws, `u >= ratio`, `x / (1 - ratio)` (exact with a ratio of 0); float64 training declined");
 }
 
 fn claim_arith(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
@@ -284,11 +285,28 @@ fn lower_variadic(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     ctx.finish(node, 0, acc, dt)
 }
 
+/// `Equal`'s types: strings from opset 19 (a host kernel, see `text`).
+const EQUAL_19: &[DataType] = &[
+    DataType::Float,
+    DataType::Float16,
+    DataType::BFloat16,
+    DataType::Int8,
+    DataType::Int16,
+    DataType::Int32,
+    DataType::Int64,
+    DataType::Uint8,
+    DataType::Uint16,
+    DataType::Uint32,
+    DataType::Uint64,
+    DataType::Bool,
+    DataType::String,
+];
+
 fn claim_compare(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
-    let allowed = if node.op_type == "Equal" {
-        DATA
-    } else {
-        NUMERIC
+    let allowed = match node.op_type.as_str() {
+        "Equal" if ctx.opset >= 19 => EQUAL_19,
+        "Equal" => DATA,
+        _ => NUMERIC,
     };
     same_dtypes(ctx, node, 0..2, allowed).map(|_| ())
 }
@@ -303,6 +321,9 @@ fn lower_compare(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
         other => invalid!(node, "not a comparison: {other}"),
     };
     let dt = ctx.input_dtype(node, 0)?;
+    if dt == DataType::String {
+        return crate::ops::text::lower_string_equal(ctx, node);
+    }
     let a = ctx.input(node, 0)?;
     let b = ctx.input(node, 1)?;
     let out = ctx.binary(op, a, b, dt);
@@ -782,43 +803,131 @@ fn claim_identity(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
 }
 
 fn claim_dropout(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
-    ctx.expect_dtype(node, 0, DATA)?;
     if ctx.opset < 10 {
         // opset 7's mask has x's type
         no_output(node, 1, "mask")?;
     }
-    if let Some(t) = node.input(2) {
-        match ctx.constant(t).and_then(|t| t.to_i64_vec()) {
-            Some(v) if v.iter().all(|&b| b == 0) => {}
-            // Training with a ratio of exactly 0 drops nothing: Y = X, the mask all true.
-            _ if zero_ratio(ctx, node) => {}
-            _ => decline!(
-                "Dropout: training_mode that is not a constant false is claimed only with a constant ratio of 0 (a nonzero or run-time ratio drops at random)"
-            ),
+    if node.input(2).is_none()
+        || inference_dropout(
+            ctx.constant_of(node, 2),
+            zero_ratio(ctx.constant_of(node, 1)),
+        )
+    {
+        ctx.expect_dtype(node, 0, DATA)?;
+        return Ok(());
+    }
+    // Training (or a run-time training_mode): drops at random with the run's ratio.
+    let dt = ctx.expect_dtype(node, 0, FLOATS)?;
+    if let Some(r) = node.input(1) {
+        ctx.expect_dtype(node, 1, FLOATS)?;
+        if let Some(rank) = ctx.rank(r)
+            && rank != 0
+        {
+            decline!("Dropout: the ratio has rank {rank}, not a scalar");
         }
     }
+    if dt == DataType::Double {
+        decline!("Dropout: float64 training (its random draws are float32)");
+    }
+    attr_int(node, "seed").or_decline()?;
     Ok(())
 }
 
+impl ClaimCtx<'_> {
+    /// The constant value of input `i` of `node`, when it has one.
+    fn constant_of(&self, node: &Node, i: usize) -> Option<&onnx_ir::TensorData> {
+        self.constant(node.input(i)?)
+    }
+}
+
+/// True, for a Dropout with a training_mode input, when it passes its input through: the
+/// training_mode is a constant false, or the ratio a constant 0 (drops nothing; the mask all
+/// true). Without the input (opset < 12 has none) Dropout always passes through.
+fn inference_dropout(training: Option<&onnx_ir::TensorData>, zero_ratio: bool) -> bool {
+    zero_ratio
+        || match training {
+            Some(t) => t.to_i64_vec().is_some_and(|v| v.iter().all(|&b| b == 0)),
+            None => false,
+        }
+}
+
 /// Opset 12+ Dropout's ratio input is a constant 0 (every element).
-fn zero_ratio(ctx: &ClaimCtx, node: &Node) -> bool {
-    node.input(1)
-        .and_then(|r| ctx.constant(r))
+fn zero_ratio(ratio: Option<&onnx_ir::TensorData>) -> bool {
+    ratio
         .and_then(|t| t.to_f64_vec())
         .is_some_and(|v| !v.is_empty() && v.iter().all(|&r| r == 0.0))
 }
 
-/// Inference-mode Dropout (or training with a ratio of 0): the input unchanged, and a mask of
-/// all true when asked for.
+/// Dropout. Inference (and training with a constant ratio of 0): the input unchanged, and a
+/// mask of all true when asked for. Training otherwise (opset 12+, a training_mode that is
+/// true or known only at run time, any ratio): `u = uniform[0, 1)` shaped like `x`,
+/// `mask = u >= ratio` (all true when not training), `y = mask ? x / (1 - ratio) : 0` in
+/// float32 for half inputs; exact for a ratio of 0 and when not training.
 fn lower_dropout(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
     let x = ctx.input(node, 0)?;
-    ctx.alias(node, 0, x);
+    let training_input = node.input(2).is_some();
+    let passes = !training_input
+        || inference_dropout(
+            ctx.const_input(node, 2),
+            zero_ratio(ctx.const_input(node, 1)),
+        );
+    if passes {
+        ctx.alias(node, 0, x);
+        if node.output(1).is_some() {
+            // isnan(x) | !isnan(x): true everywhere, shaped like x
+            let b = ctx.unary(U::IsNan, x, DataType::Bool);
+            let nb = ctx.unary(U::LogicalNot, b, DataType::Bool);
+            let mask = ctx.binary(B::LogicalOr, b, nb, DataType::Bool);
+            ctx.finish(node, 1, mask, DataType::Bool)?;
+        }
+        return Ok(());
+    }
+    let dt = ctx.input_dtype(node, 0)?;
+    let cdt = compute_dtype(dt);
+    let ratio = match ctx.opt_input(node, 1)? {
+        Some(r) => {
+            let rdt = ctx.input_dtype(node, 1)?;
+            ctx.cast(r, rdt, cdt)
+        }
+        None => ctx.scalar(cdt, 0.5)?,
+    };
+    let seed = attr_int(node, "seed").or_invalid(node)?.map(|s| s as f32);
+    let u = ctx.temp(DataType::Float);
+    ctx.push(Step::Random {
+        dist: crate::step::RandomDist::Uniform {
+            low: 0.0,
+            high: 1.0,
+        },
+        x: Some(x),
+        shape: Vec::new(),
+        seed,
+        dtype: DataType::Float,
+        out: u,
+    });
+    let u = ctx.cast(u, DataType::Float, cdt);
+    let mut keep = ctx.binary(B::GreaterEqual, u, ratio, cdt);
+    let one = ctx.scalar(cdt, 1.0)?;
+    let kept = ctx.binary(B::Subtract, one, ratio, cdt);
+    let mut scale = ctx.binary(B::Divide, one, kept, cdt);
+    let constant_true = ctx
+        .const_input(node, 2)
+        .and_then(|t| t.to_i64_vec())
+        .is_some_and(|v| v.iter().all(|&b| b != 0));
+    if !constant_true {
+        // a run-time training_mode: when false, keep everything unscaled
+        let t = ctx.input(node, 2)?;
+        let not_t = ctx.unary(U::LogicalNot, t, DataType::Bool);
+        keep = ctx.binary(B::LogicalOr, keep, not_t, DataType::Bool);
+        scale = select(ctx, t, scale, one, cdt);
+    }
+    let xc = ctx.cast(x, dt, cdt);
+    let scaled = ctx.binary(B::Multiply, xc, scale, cdt);
+    let zero = ctx.scalar(cdt, 0.0)?;
+    let y = select(ctx, keep, scaled, zero, cdt);
+    let y = ctx.cast(y, cdt, dt);
+    ctx.finish(node, 0, y, dt)?;
     if node.output(1).is_some() {
-        // isnan(x) | !isnan(x): true everywhere, shaped like x
-        let b = ctx.unary(U::IsNan, x, DataType::Bool);
-        let nb = ctx.unary(U::LogicalNot, b, DataType::Bool);
-        let mask = ctx.binary(B::LogicalOr, b, nb, DataType::Bool);
-        ctx.finish(node, 1, mask, DataType::Bool)?;
+        ctx.finish(node, 1, keep, DataType::Bool)?;
     }
     Ok(())
 }

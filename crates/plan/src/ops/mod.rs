@@ -179,6 +179,22 @@ pub(crate) fn attr_str(node: &Node, name: &str) -> Result<Option<String>, String
     })
 }
 
+/// A `STRING` attribute's raw bytes.
+pub(crate) fn attr_bytes(node: &Node, name: &str) -> Result<Option<Vec<u8>>, String> {
+    typed_attr(node, name, "STRING", |a| match a {
+        Attribute::String(v) => Some(v.clone()),
+        _ => None,
+    })
+}
+
+/// A `STRINGS` attribute's raw bytes, one entry per string.
+pub(crate) fn attr_bytes_list(node: &Node, name: &str) -> Result<Option<Vec<Vec<u8>>>, String> {
+    typed_attr(node, name, "STRINGS", |a| match a {
+        Attribute::Strings(v) => Some(v.clone()),
+        _ => None,
+    })
+}
+
 /// Bytes as UTF-8, invalid sequences replaced.
 fn utf8_lossy(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()

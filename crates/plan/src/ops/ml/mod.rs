@@ -6,9 +6,10 @@
 //! Each lowering follows ONNX Runtime's CPU kernel (which defines the numbers users compare
 //! against): its accepted element types, its shape rules (most kernels read the input as
 //! `[N, C]`, a 1-D input as one row) and its float32 arithmetic, step for step where the order
-//! of rounding matters. Strings (inputs, outputs, label lists) have no MLX type, so nodes that
-//! use them are declined and stay on ORT's CPU EP, as are attribute values and shapes ORT's
-//! kernel rejects or treats in a way not reproduced here.
+//! of rounding matters. Strings have no MLX type: LabelEncoder maps with strings run as a host
+//! kernel (strings live on the host, see `ops::text`); the other ops' string forms (label
+//! lists, categories) are declined and stay on ORT's CPU EP, as are attribute values and
+//! shapes ORT's kernel rejects or treats in a way not reproduced here.
 
 use onnx_ir::{DataType, Node, TensorData};
 

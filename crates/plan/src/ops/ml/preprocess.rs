@@ -1,10 +1,12 @@
 //! `ai.onnx.ml` preprocessing: Scaler, Normalizer, Binarizer, Imputer, ArrayFeatureExtractor,
-//! FeatureVectorizer, OneHotEncoder and the numeric forms of LabelEncoder.
+//! FeatureVectorizer, OneHotEncoder and LabelEncoder (its string maps as a host kernel).
 
 use onnx_ir::{Attribute, DataType, Node, TensorData};
 
 use super::*;
 use crate::decline;
+use crate::host::HostArg;
+use crate::kernel::{self, KernelAttrs};
 use crate::step::{ReduceOp, UnaryOp as U};
 
 /// Registers the preprocessing ops.
@@ -24,8 +26,13 @@ pub fn register(r: &mut Registry) {
         .notes("inputs whose declared feature counts equal `inputdimensions`");
     r.op(ML, "OneHotEncoder", 1, ML_MAX, claim_ohe, lower_ohe)
         .notes("int64 and float32 input over `cats_int64s` (floats truncated, as ORT); strings declined");
+    r.op(ML, "LabelEncoder", 1, 1, claim_label_encoder, lower_label_encoder)
+        .dtypes(&[DataType::String, DataType::Int64])
+        .notes("classes_strings: string to int64 and back, a host kernel (MLX has no strings)");
     r.op(ML, "LabelEncoder", 2, ML_MAX, claim_label_encoder, lower_label_encoder)
-        .notes("int64/float32 keys and values (attributes or opset-4 tensors); strings declined");
+        .dtypes(&[DataType::String, DataType::Int64, DataType::Float, DataType::Double, DataType::Int32, DataType::Int16])
+        .notes("int64/float32 maps on MLX; maps with strings on either side (any key/value type of the opset) as a host kernel");
+    r.kernel(LABEL_ENCODER_KERNEL, label_encoder_kernel);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -404,16 +411,45 @@ fn lower_ohe(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// LabelEncoder (opset 2+; opset 1 maps strings only).
+// LabelEncoder. Numeric maps (int64/float32 keys and values) are MLX steps; maps with strings
+// on either side (and opset 1's `classes_strings`) are the `label_encoder` host kernel.
 
-/// Keys, values and default of a numeric LabelEncoder.
+/// The host kernel of LabelEncoder maps with strings.
+const LABEL_ENCODER_KERNEL: &str = "label_encoder";
+
+/// Keys, values and default of a LabelEncoder; `last_wins` where a repeated key maps to its
+/// last value (opset 1's classes, as ORT), not its first.
 struct LabelMap {
     keys: TensorData,
     values: TensorData,
     default: TensorData,
+    last_wins: bool,
 }
 
-/// A numeric tensor attribute of LabelEncoder opset 4.
+impl LabelMap {
+    /// True when strings are on either side (the host kernel's case).
+    fn has_strings(&self) -> bool {
+        self.keys.dtype == DataType::String || self.values.dtype == DataType::String
+    }
+}
+
+/// The key and value types of LabelEncoder at `opset` (ONNX's T1 and T2).
+fn label_types(opset: i64) -> &'static [DataType] {
+    if opset >= 4 {
+        &[
+            DataType::String,
+            DataType::Int64,
+            DataType::Float,
+            DataType::Double,
+            DataType::Int32,
+            DataType::Int16,
+        ]
+    } else {
+        &[DataType::String, DataType::Int64, DataType::Float]
+    }
+}
+
+/// A tensor attribute of LabelEncoder opset 4.
 fn tensor_attr(node: &Node, name: &str) -> Result<Option<TensorData>, String> {
     match node.attributes.get(name) {
         None => Ok(None),
@@ -425,48 +461,94 @@ fn tensor_attr(node: &Node, name: &str) -> Result<Option<TensorData>, String> {
     }
 }
 
-/// Reads the map of a LabelEncoder node from its `keys_*`/`values_*`/`default_*` attributes
-/// (int64 and float32 forms); strings and other types are refused with the reason.
-fn label_map(node: &Node, opset: i64) -> Result<LabelMap, String> {
-    for s in ["keys_strings", "values_strings"] {
-        if node.attributes.contains_key(s) {
-            return Err(format!(
-                "LabelEncoder: attribute '{s}' holds strings (MLX has no strings)"
-            ));
-        }
-    }
-    let numeric = |t: TensorData, what: &str| -> Result<TensorData, String> {
-        match t.dtype {
-            DataType::Int64 | DataType::Float => Ok(t),
+/// Reads the map of a LabelEncoder node whose input is `x` (needed at opset 1, where the
+/// input's type says the direction): its `keys_*`/`values_*`/`default_*` attributes (tensors
+/// too at opset 4) or opset 1's `classes_strings`; types ONNX does not allow are refused.
+fn label_map(node: &Node, opset: i64, x: DataType) -> Result<LabelMap, String> {
+    if opset < 2 {
+        let classes = attr_bytes_list(node, "classes_strings")?
+            .ok_or("LabelEncoder (opset 1): classes_strings is required")?;
+        let n = classes.len() as i64;
+        let ids: Vec<i64> = (0..n).collect();
+        let names = TensorData::from_strings(vec![n], &classes)?;
+        let ids = TensorData::from_i64(vec![n], &ids);
+        return match x {
+            DataType::String => {
+                let d = attr_int(node, "default_int64")?.unwrap_or(-1);
+                Ok(LabelMap {
+                    keys: names,
+                    values: ids,
+                    default: TensorData::from_i64(vec![], &[d]),
+                    last_wins: true,
+                })
+            }
+            DataType::Int64 => {
+                let d = attr_bytes(node, "default_string")?.unwrap_or(b"_Unused".to_vec());
+                Ok(LabelMap {
+                    keys: ids,
+                    values: names,
+                    default: TensorData::from_strings(vec![], &[d])?,
+                    last_wins: false,
+                })
+            }
             d => Err(format!(
-                "LabelEncoder: {what} of type {d} are not claimed (int64 and float32 only)"
+                "LabelEncoder (opset 1): input of type {d} is neither string nor int64"
             )),
-        }
-    };
-    let list = |ints: &str, floats: &str, tensor: &str| -> Result<Option<TensorData>, String> {
+        };
+    }
+    let types = label_types(opset);
+    let list = |ints: &str,
+                floats: &str,
+                strings: &str,
+                tensor: &str|
+     -> Result<Option<TensorData>, String> {
         let i = attr_ints(node, ints)?;
         let f = attr_floats(node, floats)?;
+        let s = attr_bytes_list(node, strings)?;
         let t = if opset >= 4 {
             tensor_attr(node, tensor)?
         } else {
             None
         };
-        Ok(match (i, f, t) {
-            (Some(v), None, None) => Some(TensorData::from_i64(vec![v.len() as i64], &v)),
-            (None, Some(v), None) => Some(TensorData::from_f32(vec![v.len() as i64], &v)),
-            (None, None, Some(t)) => Some(numeric(t, tensor)?),
-            (None, None, None) => None,
-            _ => {
+        if [i.is_some(), f.is_some(), s.is_some(), t.is_some()]
+            .iter()
+            .filter(|&&b| b)
+            .count()
+            > 1
+        {
+            return Err(format!(
+                "LabelEncoder: more than one of {ints}, {floats}, {strings}, {tensor}"
+            ));
+        }
+        Ok(if let Some(v) = i {
+            Some(TensorData::from_i64(vec![v.len() as i64], &v))
+        } else if let Some(v) = f {
+            Some(TensorData::from_f32(vec![v.len() as i64], &v))
+        } else if let Some(v) = s {
+            Some(TensorData::from_strings(vec![v.len() as i64], &v)?)
+        } else if let Some(t) = t {
+            if !types.contains(&t.dtype) {
                 return Err(format!(
-                    "LabelEncoder: more than one of {ints}, {floats}, {tensor}"
+                    "LabelEncoder: {tensor} of type {} is not a key or value type",
+                    t.dtype
                 ));
             }
+            Some(t)
+        } else {
+            None
         })
     };
-    let keys = list("keys_int64s", "keys_floats", "keys_tensor")?
-        .ok_or("LabelEncoder: no numeric keys (keys_int64s, keys_floats, keys_tensor)")?;
-    let values = list("values_int64s", "values_floats", "values_tensor")?
-        .ok_or("LabelEncoder: no numeric values (values_int64s, values_floats, values_tensor)")?;
+    let keys = list("keys_int64s", "keys_floats", "keys_strings", "keys_tensor")?
+        .ok_or("LabelEncoder: no keys (keys_int64s, keys_floats, keys_strings, keys_tensor)")?;
+    let values = list(
+        "values_int64s",
+        "values_floats",
+        "values_strings",
+        "values_tensor",
+    )?
+    .ok_or(
+        "LabelEncoder: no values (values_int64s, values_floats, values_strings, values_tensor)",
+    )?;
     if keys.numel() != values.numel() || keys.numel() == 0 {
         return Err(format!(
             "LabelEncoder: {} keys and {} values",
@@ -476,7 +558,6 @@ fn label_map(node: &Node, opset: i64) -> Result<LabelMap, String> {
     }
     let default = match (opset >= 4).then(|| tensor_attr(node, "default_tensor")) {
         Some(Ok(Some(t))) => {
-            let t = numeric(t, "default_tensor")?;
             if t.dtype != values.dtype || t.numel() != 1 {
                 return Err(
                     "LabelEncoder: default_tensor must be one value of the values' type".into(),
@@ -489,38 +570,173 @@ fn label_map(node: &Node, opset: i64) -> Result<LabelMap, String> {
             }
         }
         Some(Err(e)) => return Err(e),
-        _ if values.dtype == DataType::Int64 => {
-            let d = attr_int(node, "default_int64")?.unwrap_or(-1);
-            TensorData::from_i64(vec![], &[d])
-        }
-        _ => {
-            let d = attr_float(node, "default_float")?.unwrap_or(-0.0);
-            TensorData::from_f32(vec![], &[d])
-        }
+        _ => match values.dtype {
+            DataType::String => {
+                let d = attr_bytes(node, "default_string")?.unwrap_or(b"_Unused".to_vec());
+                TensorData::from_strings(vec![], &[d])?
+            }
+            DataType::Int64 => {
+                TensorData::from_i64(vec![], &[attr_int(node, "default_int64")?.unwrap_or(-1)])
+            }
+            DataType::Float => TensorData::from_f32(
+                vec![],
+                &[attr_float(node, "default_float")?.unwrap_or(-0.0)],
+            ),
+            DataType::Double => {
+                let d = attr_float(node, "default_float")?.map_or(-0.0, f64::from);
+                TensorData::new(DataType::Double, vec![], d.to_le_bytes().to_vec())?
+            }
+            // int32 / int16 values come in tensors only: ORT's default is -1
+            dt => crate::consts::scalar(dt, -1.0)
+                .ok_or_else(|| format!("LabelEncoder: no default for values of type {dt}"))?,
+        },
     };
     Ok(LabelMap {
         keys,
         values,
         default,
+        last_wins: false,
     })
 }
 
 fn claim_label_encoder(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline> {
-    let dt = ctx.expect_dtype(node, 0, &[DataType::Int64, DataType::Float])?;
-    let map = label_map(node, ctx.opset).or_decline()?;
-    if dt != map.keys.dtype {
+    let x = ctx.input_dtype(node, 0)?;
+    let map = label_map(node, ctx.opset, x).or_decline()?;
+    if x != map.keys.dtype {
         decline!(
-            "LabelEncoder: input is {dt} but the keys are {}",
+            "LabelEncoder: input is {x} but the keys are {}",
             map.keys.dtype
+        );
+    }
+    if map.has_strings() {
+        return Ok(());
+    }
+    let numeric = [DataType::Int64, DataType::Float];
+    ctx.expect_dtype(node, 0, &numeric)?;
+    if !numeric.contains(&map.values.dtype) {
+        decline!(
+            "LabelEncoder: values of type {} are not claimed (int64 and float32 numeric maps; \
+             strings on either side)",
+            map.values.dtype
         );
     }
     ctx.expect_rank(node, 0)?;
     Ok(())
 }
 
+/// A map with strings: the `label_encoder` host kernel.
+fn lower_label_kernel(ctx: &mut LowerCtx, node: &Node, map: LabelMap) -> Result<(), PlanError> {
+    let vdt = map.values.dtype;
+    let x = crate::ops::text::host_input(ctx, node, 0)?;
+    let out = ctx.host_kernel(
+        node,
+        LABEL_ENCODER_KERNEL,
+        vec![
+            x,
+            HostArg::Const(map.keys),
+            HostArg::Const(map.values),
+            HostArg::Const(map.default),
+        ],
+        KernelAttrs::new()
+            .bool("nan_matches", ctx.opset() >= 4)
+            .bool("last_wins", map.last_wins),
+        &[vdt],
+    )?;
+    ctx.finish(node, 0, out[0], vdt)
+}
+
+/// A key of the kernel's map: string bytes, an integer, or a float's bits (+0 for -0, one NaN).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum LabelKey<'a> {
+    Bytes(&'a [u8]),
+    Int(i64),
+    Float(u64),
+}
+
+/// The keys of `t` (`None` for a NaN that matches nothing).
+fn label_keys(t: &TensorData, nan_matches: bool) -> Result<Vec<Option<LabelKey<'_>>>, String> {
+    Ok(match t.dtype {
+        DataType::String => crate::ops::text::strings_of(t)?
+            .into_iter()
+            .map(|s| Some(LabelKey::Bytes(s)))
+            .collect(),
+        DataType::Float | DataType::Double => kernel::f64s(t)?
+            .into_iter()
+            .map(|v| {
+                if v.is_nan() {
+                    nan_matches.then_some(LabelKey::Float(f64::NAN.to_bits()))
+                } else {
+                    Some(LabelKey::Float((v + 0.0).to_bits()))
+                }
+            })
+            .collect(),
+        _ => kernel::i64s(t)?
+            .into_iter()
+            .map(|v| Some(LabelKey::Int(v)))
+            .collect(),
+    })
+}
+
+/// `LabelEncoder` with strings: input 0 the keys to map, inputs 1-3 the map's keys, values and
+/// default (one value); attributes `nan_matches` (a NaN key matches NaN inputs, opset 4) and
+/// `last_wins` (a repeated key keeps its last value). The result has input 0's dims and the
+/// values' type.
+fn label_encoder_kernel(
+    inputs: &[Option<TensorData>],
+    attrs: &KernelAttrs,
+) -> Result<Vec<TensorData>, String> {
+    let x = kernel::input(inputs, 0)?;
+    let (keys, values, default) = (
+        kernel::input(inputs, 1)?,
+        kernel::input(inputs, 2)?,
+        kernel::input(inputs, 3)?,
+    );
+    if x.dtype != keys.dtype || values.dtype != default.dtype || default.numel() != 1 {
+        return Err("LabelEncoder: mismatched keys, values or default".into());
+    }
+    let nan_matches = attrs.get_bool("nan_matches")?;
+    let mut map = std::collections::HashMap::new();
+    for (i, k) in label_keys(keys, nan_matches)?.into_iter().enumerate() {
+        let Some(k) = k else { continue };
+        if attrs.get_bool("last_wins")? {
+            map.insert(k, i);
+        } else {
+            map.entry(k).or_insert(i);
+        }
+    }
+    let picks: Vec<Option<usize>> = label_keys(x, nan_matches)?
+        .into_iter()
+        .map(|k| k.and_then(|k| map.get(&k).copied()))
+        .collect();
+    if values.dtype == DataType::String {
+        let vs = crate::ops::text::strings_of(values)?;
+        let d = crate::ops::text::strings_of(default)?[0];
+        let out: Vec<&[u8]> = picks.iter().map(|p| p.map_or(d, |i| vs[i])).collect();
+        return Ok(vec![crate::ops::text::string_tensor(x.dims.clone(), &out)?]);
+    }
+    let size = values
+        .dtype
+        .size_in_bytes()
+        .ok_or("LabelEncoder: values of a packed type")?;
+    if values.bytes.len() != size * values.numel() as usize {
+        return Err("LabelEncoder: values of the wrong size".into());
+    }
+    let mut bytes = Vec::with_capacity(picks.len() * size);
+    for p in picks {
+        bytes.extend_from_slice(match p {
+            Some(i) => &values.bytes[i * size..(i + 1) * size],
+            None => &default.bytes[..size],
+        });
+    }
+    Ok(vec![TensorData::new(values.dtype, x.dims.clone(), bytes)?])
+}
+
 fn lower_label_encoder(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
-    let map = label_map(node, ctx.opset()).or_invalid(node)?;
     let dt = ctx.input_dtype(node, 0)?;
+    let map = label_map(node, ctx.opset(), dt).or_invalid(node)?;
+    if map.has_strings() {
+        return lower_label_kernel(ctx, node, map);
+    }
     let rank = ctx.need_rank(node, 0)?;
     let vdt = map.values.dtype;
     let n = map.keys.numel() as i64;
