@@ -231,6 +231,9 @@ pub unsafe fn value_type(
     unsafe { tensor_info(api, tsi) }
 }
 
+/// A tensor's element type and shape, each when known.
+pub type TensorType = (Option<DataType>, Option<Vec<Dim>>);
+
 /// The contained tensor type of an `optional(tensor)` value; `None` for any other value.
 ///
 /// # Safety
@@ -238,7 +241,7 @@ pub unsafe fn value_type(
 pub unsafe fn optional_tensor_type(
     api: &Api,
     vi: *const OrtValueInfo,
-) -> Result<Option<(Option<DataType>, Option<Vec<Dim>>)>, EpError> {
+) -> Result<Option<TensorType>, EpError> {
     let o = api.ort;
     // SAFETY: live handle; the type info is owned by the value info.
     let ti: *const OrtTypeInfo = api.out("GetValueInfoTypeInfo", ptr::null(), |out| unsafe {
@@ -726,8 +729,7 @@ pub unsafe fn read_graph(
             .collect();
         let mut types: HashMap<String, ValueInfo> = HashMap::new();
         // optional(tensor) values, applied where one becomes an input below
-        let mut optional_types: HashMap<String, (Option<DataType>, Option<Vec<Dim>>)> =
-            HashMap::new();
+        let mut optional_types: HashMap<String, TensorType> = HashMap::new();
         for vi in pending {
             let name = value_name(api, vi)?;
             if !seen.insert(name.clone()) || ir.initializers.contains_key(&name) {
