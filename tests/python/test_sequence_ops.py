@@ -1,13 +1,16 @@
 """Sequence and Optional ops on MLX, against ORT's CPU EP.
 
 Sequences are plan-time lists of tensors inside one fused node, and optional tensors are a
-tensor or None there: the models' graph inputs and outputs are tensors. Sequence or optional
-values that would cross the fused node's boundary stay on ORT's CPU EP."""
+tensor or None there: the models' graph outputs are tensors. An optional(tensor) graph input
+is read by OptionalHasElement and OptionalGetElement (the EP asks ORT whether it holds a
+tensor); other sequence or optional values that would cross the fused node's boundary stay
+on ORT's CPU EP."""
 
 from __future__ import annotations
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
@@ -214,6 +217,64 @@ def test_optional_none_has_element():
         [helper.make_tensor_value_info("Y", F, None)],
     )
     _all_on_mlx(model, {"X": np.array([1.5, -2], np.float32)})
+
+
+def _optional_input_model(elem=F, dims=(2,)):
+    opt = helper.make_value_info("O", helper.make_optional_type_proto(helper.make_tensor_type_proto(elem, list(dims))))
+    return _model(
+        [helper.make_node("OptionalHasElement", ["O"], ["H"]),
+         helper.make_node("Not", ["H"], ["NH"]),
+         helper.make_node("Cast", ["NH"], ["C"], to=F),
+         helper.make_node("Mul", ["X", "C"], ["Y"])],
+        [opt, helper.make_tensor_value_info("X", F, [2])],
+        [helper.make_tensor_value_info("H", TensorProto.BOOL, []), helper.make_tensor_value_info("Y", F, None)],
+    )
+
+
+@pytest.mark.parametrize("elem", [F, I64, TensorProto.INT32], ids=["f32", "i64", "i32"])
+def test_optional_graph_input_has_element(elem):
+    """The same session sees a present and an absent optional input; the bool result feeds MLX
+    nodes of the same fused node."""
+    model = _optional_input_model(elem)
+    x = np.array([1.5, -2], np.float32)
+    present = np.array([3, 4], helper.tensor_dtype_to_np_dtype(elem))
+    session = make_session(model)
+    for o in [present, None, present]:
+        feeds = {"O": o, "X": x}
+        expected = run(make_session(model, mlx=False), feeds)
+        got = run(session, feeds)
+        assert got[0] == expected[0] and bool(got[0]) == (o is not None)
+        np.testing.assert_array_equal(got[1], expected[1])
+    assert_all_on_mlx(session)
+
+
+def test_optional_graph_input_get_element():
+    opt = helper.make_value_info("O", helper.make_optional_type_proto(helper.make_tensor_type_proto(F, ["n"])))
+    model = _model(
+        [helper.make_node("OptionalGetElement", ["O"], ["E"]), helper.make_node("Relu", ["E"], ["Y"])],
+        [opt],
+        [helper.make_tensor_value_info("Y", F, None)],
+    )
+    feeds = {"O": np.array([-1, 0.5, 2], np.float32)}
+    check_against_cpu(model, feeds, ["OptionalGetElement", "Relu"], all_on_mlx=True)
+    # an absent input: both EPs fail the run cleanly, and the session stays usable
+    session = make_session(model)
+    with pytest.raises(Exception):
+        run(make_session(model, mlx=False), {"O": None})
+    with pytest.raises(Exception):
+        run(session, {"O": None})
+    np.testing.assert_array_equal(run(session, feeds)[0], [0, 0.5, 2])
+
+
+def test_optional_graph_input_other_readers_declined():
+    """Only the optional ops read an optional graph input (it may hold nothing)."""
+    opt = helper.make_value_info("O", helper.make_optional_type_proto(helper.make_tensor_type_proto(F, [2])))
+    opt_out = helper.make_value_info("P", helper.make_optional_type_proto(helper.make_tensor_type_proto(F, [2])))
+    model = _model([helper.make_node("Identity", ["O"], ["P"])], [opt], [opt_out])
+    session = make_session(model, opt_level=ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    out = run(session, {"O": np.array([1, 2], np.float32)})
+    np.testing.assert_array_equal(out[0], [1, 2])
+    assert_on_cpu(session, ["Identity"])
 
 
 # --- declined ------------------------------------------------------------------------------

@@ -274,10 +274,20 @@ def test_string_normalizer_locales(locale):
     check(m, {"x": x}, expected=[strs("ABC", "XYZ")])
 
 
+def cpu_or(m, feeds, reference):
+    """ORT's CPU EP's outputs, or ``reference`` where it lacks the locale (ORT 1.23 builds the
+    locale in every non-trivial StringNormalizer run)."""
+    try:
+        return run(make_session(m, mlx=False), feeds)
+    except Exception as e:  # noqa: BLE001
+        assert "locale" in str(e), e
+        return reference
+
+
 def test_string_normalizer_everything_dropped():
     x = strs("monday", shape=(1, 1))
     m = one("StringNormalizer", {"x": x}, [S], opset=10, is_case_sensitive=1, stopwords=["monday"])
-    out = check(m, {"x": x})
+    out = check(m, {"x": x}, expected=cpu_or(m, {"x": x}, [strs("", shape=(1, 1))]))
     assert out[0].shape == (1, 1) and out[0][0, 0] == ""
 
 
@@ -289,8 +299,8 @@ def test_string_normalizer_other_locale_stays_on_cpu():
     try:
         expected = run(make_session(m, mlx=False), {"x": x})
     except Exception as e:  # noqa: BLE001
-        with pytest.raises(Exception, match="locale"):
-            make_session(m, mlx=True)
+        with pytest.raises(Exception, match="locale"):  # at session creation or (ORT 1.23) run
+            run(make_session(m, mlx=True), {"x": x})
         assert "locale" in str(e)
         return
     session = make_session(m, mlx=True)
@@ -302,7 +312,7 @@ def test_string_normalizer_unused_locale_is_claimed():
     """Without a case change or case-blind stopwords the locale is never read: claimed."""
     x = strs("Abc", "monday")
     m = one("StringNormalizer", {"x": x}, [S], opset=10, is_case_sensitive=1, stopwords=["monday"], locale="tr_TR.UTF-8")
-    check(m, {"x": x})
+    check(m, {"x": x}, expected=cpu_or(m, {"x": x}, [strs("Abc")]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -381,7 +391,7 @@ def test_malformed_utf8_bytewise_ops_match_cpu(tail):
 def test_malformed_utf8_normalizer_fails_cleanly():
     m = bad_utf8_model(helper.make_node("StringNormalizer", ["c"], ["y"], is_case_sensitive=1, stopwords=["zz"]), S)
     feeds = {"x": strs("a", "b")}
-    with pytest.raises(Exception, match="UTF-8"):
+    with pytest.raises(Exception, match="UTF-8|locale"):  # ORT 1.23 fails on its locale first
         run(make_session(m, mlx=False), feeds)
     session = make_session(m, mlx=True)
     with pytest.raises(Exception, match="UTF-8"):

@@ -77,6 +77,8 @@ pub struct ComputeInfo {
     labels: RunLabels,
     /// Per plan input / output: whether it is half of a KV-cache pair (for the counters).
     cache_inputs: Vec<bool>,
+    /// Per plan input: whether it is an optional graph input (may hold no tensor).
+    optional_inputs: Vec<bool>,
     cache_outputs: Vec<bool>,
     /// How the runs so far moved their inputs and outputs.
     io: std::sync::Mutex<IoCounts>,
@@ -88,6 +90,8 @@ pub struct Wiring {
     pub input_map: Vec<usize>,
     /// Names of the plan inputs, for messages.
     pub input_names: Vec<String>,
+    /// The plan inputs of an `optional(tensor)` type, which may hold no tensor.
+    pub optional_names: std::collections::BTreeSet<String>,
     /// Expected element type of each output, when known.
     pub output_dtypes: Vec<Option<DataType>>,
 }
@@ -140,7 +144,13 @@ impl ComputeInfo {
                 *c = true;
             }
         }
+        let optional_inputs = wiring
+            .input_names
+            .iter()
+            .map(|n| wiring.optional_names.contains(n))
+            .collect();
         Box::new(ComputeInfo {
+            optional_inputs,
             cache_inputs,
             cache_outputs,
             io: std::sync::Mutex::new(IoCounts::default()),
@@ -199,6 +209,17 @@ impl ComputeInfo {
                 })?;
             if v.is_null() {
                 return Err(EpError::new(format!("input '{name}' is missing")));
+            }
+            if self.optional_inputs.get(j).copied().unwrap_or(false) {
+                // an optional(tensor) input holding no tensor is passed as absent
+                // SAFETY: live input value.
+                let has = api.out("HasValue", 0, |out| unsafe { (o.HasValue)(v, out) })?;
+                if has == 0 {
+                    let dtype = self.exe.plan().inputs[j].dtype;
+                    metas.push((dtype, Vec::new(), ptr::null(), 0));
+                    owned.push(None);
+                    continue;
+                }
             }
             // SAFETY: live input value.
             let (dtype, dims) = unsafe { value_type(api, v) }.map_err(|e| e.context(name))?;

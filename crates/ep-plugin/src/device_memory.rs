@@ -284,6 +284,47 @@ unsafe fn tensor_bytes(api: &Api, v: *const OrtValue, what: &str) -> Result<usiz
     Ok(size)
 }
 
+/// Copies string tensor `src` into `dst` element by element (ORT's string API; the elements
+/// are `std::string`s in host-addressable memory on both sides), returning the bytes copied;
+/// `None` when `src` is not a string tensor.
+///
+/// # Safety
+/// `src` and `dst` must be live values.
+unsafe fn copy_strings(
+    api: &Api,
+    src: *const OrtValue,
+    dst: *mut OrtValue,
+    i: usize,
+) -> Result<Option<usize>, EpError> {
+    let mut is_tensor = 0i32;
+    // SAFETY: live value.
+    api.check(
+        unsafe { (api.ort.IsTensor)(src, &mut is_tensor) },
+        "IsTensor",
+    )?;
+    if is_tensor == 0 {
+        return Ok(None);
+    }
+    // SAFETY: live tensor value.
+    let (dtype, dims) = unsafe { crate::compute::value_type(api, src) }?;
+    if dtype != onnx_ir::DataType::String {
+        return Ok(None);
+    }
+    // SAFETY: live value.
+    let (to_dtype, to_dims) = unsafe { crate::compute::value_type(api, dst) }?;
+    if to_dtype != dtype || to_dims != dims {
+        return Err(EpError::invalid_argument(format!(
+            "copy #{i}: a string tensor {dims:?} into a {to_dtype} tensor {to_dims:?}"
+        )));
+    }
+    // SAFETY: live string tensor of these dims.
+    let t = unsafe { crate::strings::read_strings(api, src, &dims) }?;
+    let elements = t.strings().unwrap_or_default();
+    // SAFETY: a live string tensor of the same element count.
+    unsafe { crate::strings::write_strings(api, dst, &elements) }?;
+    Ok(Some(elements.iter().map(|e| e.len()).sum()))
+}
+
 unsafe extern "system" fn copy_tensors(
     this: *mut OrtDataTransferImpl,
     src_tensors: *const *const OrtValue,
@@ -309,6 +350,11 @@ unsafe extern "system" fn copy_tensors(
                 return Err(EpError::invalid_argument(format!(
                     "tensor pair #{i} is null"
                 )));
+            }
+            // SAFETY: live values.
+            if let Some(n) = unsafe { copy_strings(api, src, dst, i) }? {
+                total += n;
+                continue;
             }
             // SAFETY: live values.
             let n = unsafe { tensor_bytes(api, src, "the copy's source") }?;

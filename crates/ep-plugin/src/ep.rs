@@ -963,6 +963,7 @@ fn compile_one(
         crate::compute::Wiring {
             input_map,
             input_names,
+            optional_names: read.graph.optional_inputs.clone(),
             output_dtypes,
         },
         crate::compute::RunLabels {

@@ -231,6 +231,78 @@ pub unsafe fn value_type(
     unsafe { tensor_info(api, tsi) }
 }
 
+/// A tensor's element type and shape, each when known.
+pub type TensorType = (Option<DataType>, Option<Vec<Dim>>);
+
+/// The contained tensor type of an `optional(tensor)` value; `None` for any other value.
+///
+/// # Safety
+/// `vi` must be a live `OrtValueInfo`.
+pub unsafe fn optional_tensor_type(
+    api: &Api,
+    vi: *const OrtValueInfo,
+) -> Result<Option<TensorType>, EpError> {
+    let o = api.ort;
+    // SAFETY: live handle; the type info is owned by the value info.
+    let ti: *const OrtTypeInfo = api.out("GetValueInfoTypeInfo", ptr::null(), |out| unsafe {
+        (o.GetValueInfoTypeInfo)(vi, out)
+    })?;
+    if ti.is_null() {
+        return Ok(None);
+    }
+    let mut ty: i32 = 0;
+    api.check(
+        // SAFETY: i32-sized enum read as i32.
+        unsafe { (o.GetOnnxTypeFromTypeInfo)(ti, &mut ty as *mut i32 as *mut ONNXType) },
+        "GetOnnxTypeFromTypeInfo",
+    )?;
+    if ty != ONNXType::ONNX_TYPE_OPTIONAL as i32 {
+        return Ok(None);
+    }
+    // SAFETY: an optional type info; the cast result is owned by `ti`.
+    let oti = api.out(
+        "CastTypeInfoToOptionalTypeInfo",
+        ptr::null(),
+        |out| unsafe { (o.CastTypeInfoToOptionalTypeInfo)(ti, out) },
+    )?;
+    if oti.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: live optional info; we own and release the contained type info.
+    let inner: *mut OrtTypeInfo = api.out(
+        "GetOptionalContainedTypeInfo",
+        ptr::null_mut(),
+        |out| unsafe { (o.GetOptionalContainedTypeInfo)(oti, out) },
+    )?;
+    if inner.is_null() {
+        return Ok(None);
+    }
+    let result = (|| {
+        let mut ty: i32 = 0;
+        api.check(
+            // SAFETY: live type info.
+            unsafe { (o.GetOnnxTypeFromTypeInfo)(inner, &mut ty as *mut i32 as *mut ONNXType) },
+            "GetOnnxTypeFromTypeInfo",
+        )?;
+        if ty != ONNXType::ONNX_TYPE_TENSOR as i32 {
+            return Ok(None);
+        }
+        // SAFETY: tensor type info owned by `inner`.
+        let tsi: *const OrtTensorTypeAndShapeInfo =
+            api.out("CastTypeInfoToTensorInfo", ptr::null(), |out| unsafe {
+                (o.CastTypeInfoToTensorInfo)(inner, out)
+            })?;
+        if tsi.is_null() {
+            return Ok(None);
+        }
+        // SAFETY: live handle.
+        unsafe { tensor_info(api, tsi) }.map(Some)
+    })();
+    // SAFETY: we own it.
+    unsafe { (o.ReleaseTypeInfo)(inner) };
+    result
+}
+
 /// A value's name and type as an IR `ValueInfo`.
 ///
 /// # Safety
@@ -611,7 +683,17 @@ pub unsafe fn read_graph(
             if ir.initializers.contains_key(&name) {
                 continue; // an initializer listed among the inputs (IR < 4): a constant
             }
-            ir.inputs.push(value_info(api, vi)?);
+            let mut info = value_info(api, vi)?;
+            if info.dtype.is_none()
+                && let Some((dtype, shape)) = optional_tensor_type(api, vi)?
+                && dtype.is_some()
+            {
+                // an optional(tensor) input: its tensor type, and absent when it holds none
+                info.dtype = dtype;
+                info.shape = shape;
+                ir.optional_inputs.insert(info.name.clone());
+            }
+            ir.inputs.push(info);
         }
 
         let outputs = get_list(
@@ -646,6 +728,8 @@ pub unsafe fn read_graph(
             .map(|v| v.name.clone())
             .collect();
         let mut types: HashMap<String, ValueInfo> = HashMap::new();
+        // optional(tensor) values, applied where one becomes an input below
+        let mut optional_types: HashMap<String, TensorType> = HashMap::new();
         for vi in pending {
             let name = value_name(api, vi)?;
             if !seen.insert(name.clone()) || ir.initializers.contains_key(&name) {
@@ -655,7 +739,15 @@ pub unsafe fn read_graph(
                 continue;
             }
             if !defined.contains(&name) {
-                types.insert(name.clone(), value_info(api, vi)?);
+                let info = value_info(api, vi)?;
+                if info.dtype.is_none()
+                    && scope == Scope::Closed
+                    && let Some(t) = optional_tensor_type(api, vi)?
+                    && t.0.is_some()
+                {
+                    optional_types.insert(name.clone(), t);
+                }
+                types.insert(name.clone(), info);
             }
         }
 
@@ -683,10 +775,16 @@ pub unsafe fn read_graph(
                     continue;
                 }
                 have.insert(i.clone());
-                extra.push(types.remove(&i).unwrap_or_else(|| ValueInfo {
+                let mut info = types.remove(&i).unwrap_or_else(|| ValueInfo {
                     name: i.clone(),
                     ..ValueInfo::default()
-                }));
+                });
+                if let Some((dtype, shape)) = optional_types.remove(&i) {
+                    info.dtype = dtype;
+                    info.shape = shape;
+                    ir.optional_inputs.insert(i.clone());
+                }
+                extra.push(info);
             }
             ir.inputs.extend(extra);
         }

@@ -200,6 +200,11 @@ pub struct Graph {
     pub value_info: HashMap<String, ValueInfo>,
     /// Opset version per domain (`""` for `ai.onnx`).
     pub opset_imports: HashMap<String, i64>,
+    /// The graph inputs of an `optional(tensor)` type: listed among `inputs` with their tensor
+    /// type, and absent at run time when the optional holds no tensor. Only ops that read
+    /// optionals (`OptionalHasElement`, `OptionalGetElement`) may read them.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub optional_inputs: std::collections::BTreeSet<String>,
 }
 
 /// A structural error in a graph.

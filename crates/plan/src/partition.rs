@@ -248,6 +248,9 @@ pub fn cluster_graph(graph: &Graph, cluster: &Cluster) -> Graph {
             if let Some(t) = graph.initializers.get(input) {
                 g.initializers.insert(input.clone(), t.clone());
             } else {
+                if graph.optional_inputs.contains(input) {
+                    g.optional_inputs.insert(input.clone());
+                }
                 g.inputs.push(info(input));
             }
         }

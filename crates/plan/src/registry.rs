@@ -460,6 +460,9 @@ pub(crate) fn domain_name(domain: &str) -> &str {
     if domain.is_empty() { "ai.onnx" } else { domain }
 }
 
+/// The ops that may read an optional graph input ([`Graph::optional_inputs`]).
+const OPTIONAL_READERS: &[&str] = &["OptionalHasElement", "OptionalGetElement"];
+
 /// Every op the planner can lower, keyed by (domain, op type).
 pub struct Registry {
     entries: HashMap<(String, String), Vec<OpEntry>>,
@@ -555,6 +558,19 @@ impl Registry {
     /// newer and the op's schema did not change since ([`handled_opset`]).
     pub fn lookup(&self, graph: &Graph, node: &Node) -> Result<(OpEntry, i64), Decline> {
         let domain = node.normalized_domain();
+        // An optional graph input may be absent at run time: only the optional ops read one.
+        if !(domain.is_empty() && OPTIONAL_READERS.contains(&node.op_type.as_str()))
+            && let Some(name) = node
+                .inputs
+                .iter()
+                .find(|i| graph.optional_inputs.contains(*i))
+        {
+            decline!(
+                "{}: reads the optional graph input '{name}' (only {} read optionals)",
+                node.op_type,
+                OPTIONAL_READERS.join(" and ")
+            );
+        }
         let Some(entries) = self
             .entries
             .get(&(domain.to_string(), node.op_type.clone()))

@@ -178,7 +178,8 @@ fn optional_forms() {
 
 #[test]
 fn optional_declines() {
-    // GetElement of None; HasElement of an optional graph input; opset 15 without input.
+    // GetElement of None; HasElement of an untyped graph input (a sequence, say); opset 15
+    // without input.
     let mut g = G::new(18);
     g.output_any("y", F);
     g.node("Optional", &[], &["none"]);
@@ -192,10 +193,55 @@ fn optional_declines() {
     });
     g.output_any("h", DataType::Bool);
     g.node("OptionalHasElement", &["o"], &["h"]);
-    declined(&g, 0, "optional graph inputs are not read");
+    declined(&g, 0, "sequence graph inputs are not read");
 
     let mut g = G::new(15);
     g.output_any("h", DataType::Bool);
     g.node("OptionalHasElement", &[], &["h"]);
     declined(&g, 0, "needs an input");
+}
+
+/// A graph of one node reading the optional(tensor) graph input `opt` (float32 [4]).
+fn optional_input_graph(op: &str, out: DataType) -> G {
+    let mut g = G::new(18);
+    g.input("opt", DataType::Float, &[4]);
+    g.g.optional_inputs.insert("opt".into());
+    g.output_any("y", out);
+    g.node(op, &["opt"], &["y"]);
+    g
+}
+
+#[test]
+fn optional_graph_inputs_are_read_by_the_optional_ops_only() {
+    let g = optional_input_graph("OptionalHasElement", DataType::Bool);
+    claim(&g, 0).unwrap();
+    let p = plan_of(&g.build());
+    assert_eq!(kernel_steps(&p, "optional_has_element").len(), 1, "{p}");
+    let g = optional_input_graph("OptionalGetElement", DataType::Float);
+    claim(&g, 0).unwrap();
+    // any other op would read a value that may be absent
+    declined(
+        &optional_input_graph("Identity", DataType::Float),
+        0,
+        "optional graph input",
+    );
+    declined(
+        &optional_input_graph("Relu", DataType::Float),
+        0,
+        "optional graph input",
+    );
+}
+
+#[test]
+fn optional_has_element_kernel_sees_absence() {
+    let k = |inputs: &[Option<onnx_ir::TensorData>]| {
+        plan::run_host_kernel("optional_has_element", inputs, &plan::KernelAttrs::new()).unwrap()[0]
+            .bytes
+            .to_vec()
+    };
+    assert_eq!(k(&[None]), [0]);
+    assert_eq!(
+        k(&[Some(onnx_ir::TensorData::from_i64(vec![1], &[4]))]),
+        [1]
+    );
 }

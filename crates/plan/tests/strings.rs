@@ -100,6 +100,9 @@ fn string_declines() {
     declined(&g, 0, "not valid UTF-8");
     let mut g = graph(10, "StringNormalizer", &[&[2]], &[("y", S)]);
     g.g.nodes[0].attr("locale", string("tr_TR.UTF-8"));
+    // the locale is never read without a case change or case-blind stopwords
+    claim(&g, 0).unwrap();
+    g.g.nodes[0].attr("case_change_action", string("UPPER"));
     declined(&g, 0, "locale");
     let mut g = graph(10, "StringNormalizer", &[&[2]], &[("y", S)]);
     g.g.nodes[0].attr("case_change_action", string("TITLE"));

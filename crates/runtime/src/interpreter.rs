@@ -106,8 +106,9 @@ impl Slots {
         self.host_values.get(&slot)
     }
 
-    /// Leaves `slot` without an array on purpose (see [`Slots::is_absent`]).
-    fn set_absent(&mut self, slot: Slot) {
+    /// Leaves `slot` without an array on purpose (see [`Slots::is_absent`]; an optional plan
+    /// input the run bound none to, too).
+    pub(crate) fn set_absent(&mut self, slot: Slot) {
         self.absent.insert(slot);
     }
 
@@ -250,6 +251,8 @@ fn host_arg(
     Ok(match arg {
         plan::HostArg::Absent => None,
         plan::HostArg::Const(t) => Some(t.clone()),
+        // an absent optional input has no shape: the kernel sees it omitted
+        plan::HostArg::ShapeOf(slot) if slots.is_absent(*slot) => None,
         plan::HostArg::ShapeOf(slot) => {
             let dims = shape_i64(slots.get(*slot)?);
             Some(onnx_ir::TensorData::from_i64(
@@ -281,6 +284,9 @@ fn host_tensor(
     let plan::HostArg::Value(slot) = arg else {
         return host_arg(arg, slots);
     };
+    if slots.is_absent(*slot) {
+        return Ok(None);
+    }
     if let Some(t) = slots.host_values.get(slot) {
         return Ok(Some(t.clone()));
     }

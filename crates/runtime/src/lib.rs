@@ -113,6 +113,23 @@ pub struct InputTensor<'a> {
     pub data: &'a [u8],
 }
 
+impl<'a> InputTensor<'a> {
+    /// An absent optional input (an `optional(tensor)` graph input holding no tensor): no dims
+    /// and no bytes, which no tensor has (a scalar holds one element).
+    pub fn absent(dtype: DataType) -> InputTensor<'static> {
+        InputTensor {
+            dtype,
+            dims: &[],
+            data: &[],
+        }
+    }
+
+    /// True for [`InputTensor::absent`].
+    pub fn is_absent(&self) -> bool {
+        self.dims.is_empty() && self.data.is_empty()
+    }
+}
+
 /// An evaluated output tensor; [`OutputTensor::data`] borrows its bytes from MLX.
 pub struct OutputTensor {
     /// Element type.
@@ -221,6 +238,7 @@ impl Program {
             results,
             input_values,
             input_shapes,
+            absent_inputs: Vec::new(),
         })
     }
 
@@ -302,7 +320,9 @@ impl Program {
         slots.constant_ranges = self.constant_ranges.clone();
         for (input, array) in self.plan.inputs.iter().zip(inputs) {
             // a string input is bound as its host value (below), never as an array
-            if !strings::is_host_only(input.dtype) {
+            if host.absent_inputs.contains(&input.slot) {
+                slots.set_absent(input.slot);
+            } else if !strings::is_host_only(input.dtype) {
                 slots.set(input.slot, array);
             }
         }
@@ -403,6 +423,8 @@ pub(crate) struct HostBinding {
     pub(crate) input_values: Vec<(Slot, TensorData)>,
     /// The shapes of the plan inputs, by slot.
     input_shapes: Vec<(Slot, Vec<i64>)>,
+    /// The plan inputs the run bound nothing to (absent optional inputs).
+    pub(crate) absent_inputs: Vec<Slot>,
 }
 
 impl HostBinding {
@@ -792,7 +814,7 @@ impl Executable {
                     input.name, tensor.dtype, input.dtype
                 )));
             }
-            if strings::is_host_only(tensor.dtype) {
+            if strings::is_host_only(tensor.dtype) && !tensor.is_absent() {
                 TensorData::new(tensor.dtype, tensor.dims.to_vec(), tensor.data)
                     .map_err(|e| RuntimeError(format!("input '{}': {e}", input.name)))?;
             }
@@ -811,8 +833,11 @@ impl Executable {
         for (tensor, bound) in inputs.iter().zip(bound) {
             arrays.push(match bound {
                 Some(a) => a,
-                // a string input is bound as its host value (see `strings`)
-                None if strings::is_host_only(tensor.dtype) => strings::placeholder()?,
+                // a string input is bound as its host value (see `strings`), an absent
+                // optional input as absent
+                None if strings::is_host_only(tensor.dtype) || tensor.is_absent() => {
+                    strings::placeholder()?
+                }
                 None => {
                     let shape = dims_i32(tensor.dims)?;
                     // an input in the EP's device memory is a view of its block (no copy)
@@ -830,7 +855,14 @@ impl Executable {
             let t = inputs.get(i)?;
             TensorData::new(t.dtype, t.dims.to_vec(), t.data).ok()
         };
-        let host = self.program.host_binding(&shapes, &value_of)?;
+        let mut host = self.program.host_binding(&shapes, &value_of)?;
+        host.absent_inputs = plan
+            .inputs
+            .iter()
+            .zip(inputs)
+            .filter(|(_, t)| t.is_absent())
+            .map(|(i, _)| i.slot)
+            .collect();
         // MLX's CUDA kernels don't all handle empty tensors: some crash the process (a
         // zero-batch cuDNN convolution, an empty Gather). A GPU run with an empty input is first
         // traced (lazily, nothing launched) on the CPU stream; when that gives an empty output,
@@ -840,8 +872,9 @@ impl Executable {
         let mut device = self.device;
         let mut on_cpu = None;
         let mut host_values = Vec::new();
-        if self.program.host_only {
-            // strings live on the host: one eager trace, string outputs as host values
+        if self.program.host_only || !host.absent_inputs.is_empty() {
+            // strings live on the host, an absent input has no array: one eager trace, string
+            // outputs as host values
             let (traced, values) =
                 self.program
                     .trace_host_only(arrays.clone(), &host, lane.stream(device))?;

@@ -1,5 +1,6 @@
-//! Plans with string values: strings live on the host (host kernels read and write them, no
-//! MLX array holds one), while the bool / int64 results they feed are ordinary arrays.
+//! Plans with host-only values: strings live on the host (host kernels read and write them, no
+//! MLX array holds one), while the bool / int64 results they feed are ordinary arrays; absent
+//! optional inputs bind no array at all.
 
 use onnx_ir::{DataType, Dim, Graph, Node, TensorData, ValueInfo};
 use runtime::RunPath;
@@ -94,4 +95,38 @@ fn malformed_string_input_is_an_error() {
         .err()
         .expect("malformed bytes are refused");
     assert!(err.0.contains("input 'a'"), "{err}");
+}
+
+/// `has = OptionalHasElement(opt)`, `y = OptionalGetElement(opt)` over the optional graph
+/// input `opt`: an absent input binds no array, and only the optional ops read it.
+#[test]
+fn absent_optional_inputs_bind_nothing() {
+    let opt_graph = |get: bool| {
+        let mut outputs = vec![vi("has", DataType::Bool, &[])];
+        let mut nodes = vec![Node::new("OptionalHasElement", ["opt"], ["has"])];
+        if get {
+            outputs.push(vi("y", DataType::Float, &[2]));
+            nodes.push(Node::new("OptionalGetElement", ["opt"], ["y"]));
+        }
+        let mut g = common::graph(vec![vi("opt", DataType::Float, &[2])], outputs, nodes);
+        g.opset_imports.insert(String::new(), 18);
+        g.optional_inputs.insert("opt".into());
+        g
+    };
+    let exe = executable_with(&opt_graph(false), None, None);
+    let out = exe
+        .run(&[runtime::InputTensor::absent(DataType::Float)])
+        .unwrap();
+    assert_eq!(out[0].data(), [0]);
+    let x = common::f32_bytes(&[1.5, -2.0]);
+    let out = exe.run(&[input(DataType::Float, &[2], &x)]).unwrap();
+    assert_eq!(out[0].data(), [1]);
+    // OptionalGetElement of an absent input fails the run (as ORT), then runs again
+    let exe = executable_with(&opt_graph(true), None, None);
+    assert!(
+        exe.run(&[runtime::InputTensor::absent(DataType::Float)])
+            .is_err()
+    );
+    let out = exe.run(&[input(DataType::Float, &[2], &x)]).unwrap();
+    assert_eq!((out[0].data(), out[1].data()), (&[1u8][..], &x[..]));
 }

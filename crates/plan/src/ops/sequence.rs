@@ -6,10 +6,13 @@
 //! optional tensor is either its tensor's slot or None. Neither crosses the fused node's
 //! boundary: ORT's kernel API (`KernelContext_GetOutput`) makes only tensors (a sequence output
 //! comes back as an empty `TensorSeq` the C API can't fill, and a None output can't be made),
-//! and sequence or optional graph inputs are not read. So a node whose sequence or optional
-//! output is a graph output, or that reads one made outside its fused node, is declined
-//! (claim) or refused (lowering, which names the node so that partitioning drops it), and
-//! positions, split sizes and element counts must be known at plan time.
+//! and sequence graph inputs are not read. So a node whose sequence or optional output is a
+//! graph output, or that reads a sequence made outside its fused node, is declined (claim) or
+//! refused (lowering, which names the node so that partitioning drops it), and positions,
+//! split sizes and element counts must be known at plan time. An `optional(tensor)` graph
+//! input ([`onnx_ir::Graph::optional_inputs`]) is read by `OptionalHasElement` (the
+//! `optional_has_element` host kernel: whether the run bound it) and `OptionalGetElement`
+//! (its tensor; a run without one fails, as in ORT).
 
 use onnx_ir::{DataType, Node};
 
@@ -34,6 +37,24 @@ pub fn register(r: &mut Registry) {
     r.op("", "Optional", 15, MAX, claim_optional, lower_optional);
     r.op("", "OptionalHasElement", 15, MAX, claim_optional_has_element, lower_optional_has_element);
     r.op("", "OptionalGetElement", 15, MAX, claim_optional_get_element, lower_optional_get_element);
+    r.kernel(OPTIONAL_HAS_ELEMENT_KERNEL, optional_has_element_kernel);
+}
+
+/// Whether an optional graph input holds a tensor in this run.
+const OPTIONAL_HAS_ELEMENT_KERNEL: &str = "optional_has_element";
+
+/// `OptionalHasElement` of an optional graph input: input 0 the input's shape (absent when
+/// the run bound none); a bool scalar.
+fn optional_has_element_kernel(
+    inputs: &[Option<onnx_ir::TensorData>],
+    _attrs: &crate::kernel::KernelAttrs,
+) -> Result<Vec<onnx_ir::TensorData>, String> {
+    let present = crate::kernel::opt_input(inputs, 0).is_some();
+    Ok(vec![onnx_ir::TensorData::new(
+        DataType::Bool,
+        vec![],
+        vec![present as u8],
+    )?])
 }
 
 /// Ops whose output 0 is a sequence.
@@ -54,6 +75,8 @@ pub(crate) enum Container {
     Some,
     /// `Optional` without an input (None).
     None,
+    /// An optional graph input: present or absent, as the run binds it.
+    Input,
 }
 
 /// The kind of container value `name` is when a sequence op or `Optional` of this graph made
@@ -508,10 +531,17 @@ fn optional_input(ctx: &ClaimCtx, node: &Node) -> Result<Option<Container>, Decl
             decline!("{}: optional sequences are not claimed", node.op_type)
         }
         Some(c) => Ok(Some(c)),
+        None if ctx.graph.optional_inputs.contains(name) => match ctx.dtype(name) {
+            Some(dt) if DATA.contains(&dt) => Ok(Some(Container::Input)),
+            _ => decline!(
+                "{}: the optional input '{name}' holds a tensor of a type not claimed",
+                node.op_type
+            ),
+        },
         None => match ctx.dtype(name) {
             Some(dt) if DATA.contains(&dt) => Ok(Some(Container::Some)),
             _ => decline!(
-                "{}: '{name}' is neither a tensor of a claimed type nor made by Optional in this graph (optional graph inputs are not read)",
+                "{}: '{name}' is neither a tensor of a claimed type, an optional tensor graph input, nor made by Optional in this graph (sequence graph inputs are not read)",
                 node.op_type
             ),
         },
@@ -526,6 +556,19 @@ fn claim_optional_has_element(ctx: &ClaimCtx, node: &Node) -> Result<(), Decline
 }
 
 fn lower_optional_has_element(ctx: &mut LowerCtx, node: &Node) -> Result<(), PlanError> {
+    if let Some(name) = node.input(0)
+        && ctx.graph().optional_inputs.contains(name)
+    {
+        let x = ctx.input(node, 0)?;
+        let out = ctx.host_kernel(
+            node,
+            OPTIONAL_HAS_ELEMENT_KERNEL,
+            vec![crate::host::HostArg::ShapeOf(x)],
+            crate::kernel::KernelAttrs::new(),
+            &[DataType::Bool],
+        )?;
+        return ctx.finish(node, 0, out[0], DataType::Bool);
+    }
     let present = match node.input(0) {
         None => false,
         Some(name) if ctx.is_none(name) => false,

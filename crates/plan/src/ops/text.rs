@@ -4,7 +4,7 @@
 //!
 //! MLX has no strings: a string value lives on the host as [`TensorData`] of dtype string
 //! (length-prefixed elements, [`TensorData::strings`]); string inputs reach a kernel as host
-//! values (a plan input's or an earlier kernel's) or as constants ([`host_input`]), never as
+//! values (a plan input's or an earlier kernel's) or as constants (`host_input`), never as
 //! arrays, and a plan holding one runs eagerly. The bool and int64 results of these kernels
 //! are ordinary arrays.
 
