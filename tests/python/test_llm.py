@@ -122,18 +122,21 @@ def test_generations_reset_and_carry_the_cache(tmp_path):
     assert states >= 1, result.stderr
     count = {reason: starts.count(reason) // states for reason in set(starts)}
     # a: first run; b, c, d, e: new prompts; c and d alternate: 4 decode steps that do not
-    # continue the previous step; e: its key changes once.
-    assert count == {
-        "first run": 1,
-        "empty past cache": 4,
-        "the cache does not continue the previous step": 4,
-        "generation key changed": 1,
-    }, starts
+    # continue the previous step; e: its key changes once. On the GPU stream the decode state
+    # compares buffers, not bytes (reading a cache would move it off the GPU), so a cache in a
+    # fresh buffer can't be told from a new one: there c and d start no generation of their own.
+    expected = {"first run": 1, "empty past cache": 4, "generation key changed": 1}
+    if "on the Gpu stream" not in result.stderr:
+        expected["the cache does not continue the previous step"] = 4
+    assert count == expected, starts
     summary = [line for line in result.stderr.splitlines() if "cache input(s) carried" in line]
     assert len(summary) == states, result.stderr
     # a: 4 continued decode steps, b: 2, e: 2, each carrying every layer's key and value.
     carried = 8 * 2 * TINY.layers
-    assert f"10 generation(s), 18 step(s), {carried} cache input(s) carried" in summary[0], summary
+    if "the cache does not continue the previous step" in expected:
+        assert f"10 generation(s), 18 step(s), {carried} cache input(s) carried" in summary[0], summary
+    else:
+        assert f"6 generation(s), 18 step(s), {carried} cache input(s) carried" in summary[0], summary
 
 
 #: A child that runs decode steps of the torch-style decoder (llm.build_torch_style_llama) on the
