@@ -32,7 +32,7 @@ use onnx_ir::{Attribute, DataType, Dim, Graph, Node, TensorData, ValueInfo};
 use runtime::{DeviceKind, Executable, InputTensor, RuntimeOptions};
 
 mod bench_common;
-use bench_common::{Timer, median_phases};
+use bench_common::{Timer, median_phases, phases_json, write_report};
 
 type MlxResult<T> = mlx::Result<T>;
 /// The raw computation: input arrays (plan input order) to output arrays (plan output order).
@@ -1242,20 +1242,12 @@ fn run() -> Result<(), String> {
             m.syncs_per_run,
             m.reads_per_run,
             m.max_abs_diff,
-            m.phases
-                .iter()
-                .map(|(name, us)| format!("\"{name}\": {us}"))
-                .collect::<Vec<_>>()
-                .join(", "),
+            phases_json(&m.phases),
             if i + 1 < results.len() { "," } else { "" }
         );
     }
     json.push_str("  ]\n}\n");
-    if let Some(dir) = out.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
-    }
-    std::fs::write(&out, json).map_err(|e| format!("{}: {e}", out.display()))?;
-    println!("wrote {}", out.display());
+    write_report(&out, &json)?;
     if let Some(m) = results.iter().find(|m| m.name == "llama-decode") {
         println!(
             "overhead: ep/raw={:.2} fixed_us={:.0}",

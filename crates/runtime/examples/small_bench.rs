@@ -23,7 +23,7 @@ use onnx_ir::{DataType, Graph, TensorData};
 use runtime::{DeviceKind, Executable, InputTensor, RuntimeOptions};
 
 mod bench_common;
-use bench_common::{Timer, median_phases};
+use bench_common::{Timer, median_phases, phases_json, write_report};
 
 /// One model as `small_bench.py prepare` wrote it.
 struct Model {
@@ -289,19 +289,11 @@ fn run() -> Result<(), String> {
             m.reads_per_run,
             m.compiles,
             m.max_abs_diff,
-            m.phases
-                .iter()
-                .map(|(name, us)| format!("\"{name}\": {us}"))
-                .collect::<Vec<_>>()
-                .join(", "),
+            phases_json(&m.phases),
             if i + 1 < results.len() { "," } else { "" }
         );
     }
     json.push_str("  ]\n}\n");
-    if let Some(parent) = out.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
-    }
-    std::fs::write(&out, json).map_err(|e| format!("{}: {e}", out.display()))?;
-    println!("wrote {}", out.display());
+    write_report(&out, &json)?;
     Ok(())
 }

@@ -59,3 +59,22 @@ pub fn median_phases(
         })
         .collect())
 }
+
+/// Phase medians as the body of a JSON object: `"bind": 12, "eval": 340`.
+pub fn phases_json(phases: &[(&'static str, u32)]) -> String {
+    phases
+        .iter()
+        .map(|(name, us)| format!("\"{name}\": {us}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Writes a bench's JSON report to `out` (making its folder) and says where.
+pub fn write_report(out: &std::path::Path, json: &str) -> Result<(), String> {
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    }
+    std::fs::write(out, json).map_err(|e| format!("{}: {e}", out.display()))?;
+    println!("wrote {}", out.display());
+    Ok(())
+}
