@@ -121,7 +121,7 @@ fn folded_mask(m: &Array, hq: i32, hkv: i32, sq: i32, s: &Stream) -> mlx::Result
 mod tests {
     use super::*;
 
-    fn random(shape: &[i32], seed: u64, s: &Stream) -> Array {
+    fn random(shape: &[i32], seed: u64) -> Array {
         let n: i32 = shape.iter().product();
         let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
         let v: Vec<f32> = (0..n)
@@ -132,7 +132,6 @@ mod tests {
                 (x % 2000) as f32 / 1000.0 - 1.0
             })
             .collect();
-        let _ = s;
         Array::from_slice(&v, shape).unwrap()
     }
 
@@ -146,19 +145,14 @@ mod tests {
         let s = Stream::default_cpu();
         for (b, hq, hkv, sq, t, d) in [(1, 8, 2, 1, 7, 32), (2, 6, 3, 3, 5, 16), (1, 4, 1, 2, 4, 8)]
         {
-            let q = random(&[b, hq, sq, d], 1, &s);
-            let k = random(&[b, hkv, t, d], 2, &s);
-            let v = random(&[b, hkv, t, d], 3, &s);
-            let bool_mask = ops::greater(
-                &random(&[b, hq, sq, t], 4, &s),
-                &Array::scalar_f32(-0.5),
-                &s,
-            )
-            .unwrap();
-            let head_mask = random(&[b, 1, sq, t], 5, &s);
-            let row_mask =
-                ops::greater(&random(&[t], 6, &s), &Array::scalar_f32(-0.7), &s).unwrap();
-            let plain_mask = random(&[sq, t], 7, &s);
+            let q = random(&[b, hq, sq, d], 1);
+            let k = random(&[b, hkv, t, d], 2);
+            let v = random(&[b, hkv, t, d], 3);
+            let bool_mask =
+                ops::greater(&random(&[b, hq, sq, t], 4), &Array::scalar_f32(-0.5), &s).unwrap();
+            let head_mask = random(&[b, 1, sq, t], 5);
+            let row_mask = ops::greater(&random(&[t], 6), &Array::scalar_f32(-0.7), &s).unwrap();
+            let plain_mask = random(&[sq, t], 7);
             let masks = [
                 fast::AttentionMask::None,
                 fast::AttentionMask::Causal,
